@@ -1,0 +1,1 @@
+"""Measurement and exploration: build, run, check, time, search, store, analyse."""

@@ -1,0 +1,225 @@
+"""Statistics over stored rows: per-candidate summaries with bootstrap CIs, failure counts, repetitions.
+
+Why here and not in the report: the same numbers feed tables, figures and tests, and the rule "a wrong or
+failed candidate never gets a performance number" must hold in one place.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+#: One summary line per measurement unit: a candidate on a workload, on one machine, in one timing mode.
+GROUP_KEYS: list[str] = ["experiment", "machine_fingerprint", "workload", "candidate_key", "timing_mode"]
+
+#: Order in which a non-ok status wins when rows of one unit disagree (first = most telling).
+STATUS_PRIORITY: tuple[str, ...] = (
+    "wrong",
+    "kernel_error",
+    "crash",
+    "timeout",
+    "compile_error",
+    "error",
+    "unsupported",
+    "ok",
+)
+
+SUMMARY_COLUMNS: list[str] = [
+    *GROUP_KEYS,
+    "cpu_model",
+    "label",
+    "candidate_kind",
+    "target",
+    "status",
+    "reason",
+    "n_rows",
+    "n_reps",
+    "flops",
+    "peak_gflops",
+    "min_ns",
+    "median_ns",
+    "median_ci_low_ns",
+    "median_ci_high_ns",
+    "gflops_min",
+    "gflops_median",
+    "pct_peak_min",
+    "pct_peak_median",
+    "pct_peak_median_ci_low",
+    "pct_peak_median_ci_high",
+    "cov",
+]
+
+#: Summary columns that are NaN unless the unit is ok.
+_PERF_SUMMARY: list[str] = SUMMARY_COLUMNS[SUMMARY_COLUMNS.index("min_ns") :]
+
+CI_LEVEL = 0.95
+N_RESAMPLES = 2000
+CI_SEED = 20240601
+
+
+def median_ci(
+    times: np.ndarray, confidence_level: float = CI_LEVEL, n_resamples: int = N_RESAMPLES, seed: int = CI_SEED
+) -> tuple[float, float]:
+    """Percentile-bootstrap CI of the median (fixed seed: the same data always gives the same report).
+
+    NaN for fewer than 3 repetitions, where a bootstrap says nothing.
+    """
+    times = np.asarray(times, dtype=float)
+    times = times[np.isfinite(times)]
+    if times.size < 3:
+        return math.nan, math.nan
+    if np.all(times == times[0]):
+        return float(times[0]), float(times[0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", category=stats.DegenerateDataWarning)
+        res = stats.bootstrap(
+            (times,),
+            np.median,
+            n_resamples=n_resamples,
+            confidence_level=confidence_level,
+            method="percentile",
+            vectorized=True,
+            rng=np.random.default_rng(seed),
+        )
+    return float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
+def _group_status(statuses: pd.Series) -> str:
+    """A unit is ok only if every row of it is ok (a wrong result under any seed makes it wrong)."""
+    present = set(statuses.dropna())
+    for s in STATUS_PRIORITY:
+        if s in present and s != "ok":
+            return s
+    others = sorted(present - {"ok"})
+    if others:
+        return others[0]
+    return "ok" if present else "error"
+
+
+def _pooled_times(rows: pd.DataFrame) -> np.ndarray:
+    arrays = [np.asarray(t, dtype=float) for t in rows["times_ns"] if t is not None and len(t)]
+    return np.concatenate(arrays) if arrays else np.array([], dtype=float)
+
+
+def _first(series: pd.Series) -> object:
+    s = series.dropna()
+    return s.iloc[0] if len(s) else None
+
+
+def summarize(df: pd.DataFrame) -> pd.DataFrame:
+    """One line per (experiment, machine, workload, candidate, timing mode) with its performance.
+
+    Repetitions of all ok rows of a unit (e.g. several seeds) are pooled. Performance columns are only
+    filled for units whose status is ok; wrong/failed units keep their status and reason, with NaN numbers.
+    """
+    if df.empty:
+        return pd.DataFrame({c: pd.Series(dtype="object") for c in SUMMARY_COLUMNS})
+    lines = []
+    for keys, rows in df.groupby(GROUP_KEYS, sort=True, dropna=False):
+        status = _group_status(rows["status"])
+        bad = rows[rows["status"] != "ok"]
+        reason = (
+            "; ".join(dict.fromkeys(str(r) for r in bad["reason"].dropna() if str(r))) if len(bad) else ""
+        )
+        line: dict[str, object] = dict(zip(GROUP_KEYS, keys, strict=True))
+        flops = _first(rows["flops"])
+        peak = _first(rows["peak_gflops"])
+        line.update(
+            cpu_model=_first(rows["cpu_model"]),
+            label=_first(rows["label"]),
+            candidate_kind=_first(rows["candidate_kind"]),
+            target=_first(rows["target"]),
+            status=status,
+            reason=reason,
+            n_rows=len(rows),
+            flops=flops,
+            peak_gflops=peak,
+        )
+        times = _pooled_times(rows) if status == "ok" else np.array([], dtype=float)
+        perf: dict[str, object] = dict.fromkeys(_PERF_SUMMARY, math.nan)
+        perf["n_reps"] = 0
+        if times.size:
+            tmin, tmed = float(times.min()), float(np.median(times))
+            lo, hi = median_ci(times)
+            perf.update(
+                n_reps=int(times.size),
+                min_ns=tmin,
+                median_ns=tmed,
+                median_ci_low_ns=lo,
+                median_ci_high_ns=hi,
+                cov=float(np.std(times, ddof=1) / np.mean(times)) if times.size > 1 else math.nan,
+            )
+            if flops is not None and not pd.isna(flops):
+                f = float(flops)
+                perf.update(gflops_min=f / tmin, gflops_median=f / tmed)
+                if peak is not None and not pd.isna(peak) and float(peak) > 0:
+                    to_pct = 100.0 * f / float(peak)
+                    # % of peak falls as time grows: the CI bounds swap.
+                    perf.update(
+                        pct_peak_min=to_pct / tmin,
+                        pct_peak_median=to_pct / tmed,
+                        pct_peak_median_ci_low=to_pct / hi,
+                        pct_peak_median_ci_high=to_pct / lo,
+                    )
+        line.update(perf)
+        lines.append(line)
+    out = pd.DataFrame(lines, columns=SUMMARY_COLUMNS)
+    out["n_reps"] = out["n_reps"].astype("int64")
+    out["n_rows"] = out["n_rows"].astype("int64")
+    return out
+
+
+def counts(df: pd.DataFrame) -> pd.DataFrame:
+    """Per experiment: measurement units total, ok, wrong and failed (any other non-ok status)."""
+    summary = summarize(df)
+    if summary.empty:
+        return pd.DataFrame(
+            {c: pd.Series(dtype="int64") for c in ("total", "ok", "wrong", "failed")},
+            index=pd.Index([], name="experiment"),
+        )
+    status = summary["status"]
+    table = pd.DataFrame(
+        {
+            "experiment": summary["experiment"],
+            "total": 1,
+            "ok": (status == "ok").astype("int64"),
+            "wrong": (status == "wrong").astype("int64"),
+            "failed": (~status.isin(["ok", "wrong"])).astype("int64"),
+        }
+    )
+    return table.groupby("experiment").sum()
+
+
+def repetitions(df: pd.DataFrame) -> pd.DataFrame:
+    """Long table, one line per timed repetition of an ok unit, with its % of calibrated peak.
+
+    This is what performance figures plot: wrong or failed units are not in it.
+    """
+    cols = [
+        *GROUP_KEYS,
+        "cpu_model",
+        "label",
+        "candidate_kind",
+        "target",
+        "seed",
+        "flops",
+        "peak_gflops",
+        "time_ns",
+        "gflops",
+        "pct_peak",
+    ]
+    if df.empty:
+        return pd.DataFrame({c: pd.Series(dtype="object") for c in cols})
+    summary = summarize(df)
+    ok_units = summary.loc[summary["status"] == "ok", GROUP_KEYS]
+    rows = df[df["status"] == "ok"].merge(ok_units, on=GROUP_KEYS, how="inner")
+    rows = rows[[*cols[:-3], "times_ns"]].explode("times_ns").rename(columns={"times_ns": "time_ns"})
+    rows = rows.dropna(subset=["time_ns"])
+    rows["time_ns"] = rows["time_ns"].astype("float64")
+    rows["gflops"] = rows["flops"].astype("float64") / rows["time_ns"]
+    rows["pct_peak"] = 100.0 * rows["gflops"] / rows["peak_gflops"].astype("float64")
+    return rows[cols].reset_index(drop=True)

@@ -1,0 +1,184 @@
+"""Compile kernel sources to shared objects, content-addressed so a sweep never compiles a kernel twice.
+
+Compilation only needs the ISA's *flags*, never the CPU: AVX-512 kernels are built (and checked to
+compile) on AVX2-only hosts too; only running them needs the hardware.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import subprocess
+import tempfile
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from kernels.candidate import KernelSource
+
+ERROR_TAIL = 4000  # characters of compiler stderr kept in a BuildResult
+COMPILE_TIMEOUT_S = 300
+
+
+@dataclass(frozen=True)
+class CompilerConfig:
+    cc: str = "gcc"
+    opt_flags: tuple[str, ...] = ("-O3",)
+    extra_flags: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    ok: bool
+    so_path: Path | None
+    error: str
+    cc: str
+    cc_version: str
+    flags: str
+    seconds: float
+    cached: bool = False
+
+
+def isa_flags(isa: str) -> tuple[str, ...]:
+    """Flags for code that needs ``isa``: named x86-64 levels, so they compile on any x86 host.
+
+    ``-mtune=native`` is avoided on purpose: the cache key would not say which host tuned the code.
+    AVX-512 asks for 512-bit auto-vectorization because gcc's generic tuning prefers 256-bit vectors.
+    """
+    if isa == "avx512":
+        return ("-march=x86-64-v4", "-mprefer-vector-width=512")
+    if isa == "avx2":
+        return ("-march=x86-64-v3",)
+    if isa in ("any", "", None):
+        return ()
+    raise ValueError(f"unknown ISA {isa!r}; known: avx512, avx2, any")
+
+
+@functools.cache
+def cc_version(cc: str = "gcc") -> str:
+    """First line of ``cc --version``: part of every cache key and result row."""
+    try:
+        out = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"unavailable ({exc})"
+    return (out.stdout.splitlines() or ["unknown"])[0].strip()
+
+
+def _lib_args(libs: Sequence[str]) -> list[str]:
+    """``openblas`` and ``-lopenblas`` both mean the same library (renderers may write either)."""
+    return [lib if lib.startswith("-") else f"-l{lib}" for lib in libs]
+
+
+def _key(*parts: object) -> str:
+    return hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()[:24]
+
+
+def _compile(cmd_head: list[str], code: str, cmd_tail: list[str], out: Path, workdir: Path) -> str | None:
+    """Run the compiler on ``code``; returns None on success, else the stderr tail."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    fd, src_name = tempfile.mkstemp(suffix=".c", dir=workdir)
+    src = Path(src_name)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(code)
+        cmd = [*cmd_head, str(src), "-o", str(out), *cmd_tail]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S, check=False)
+        except subprocess.TimeoutExpired:
+            return f"compiler timed out after {COMPILE_TIMEOUT_S}s"
+        except OSError as exc:
+            return f"cannot run {cmd_head[0]}: {exc}"
+        if proc.returncode != 0:
+            return (proc.stderr or proc.stdout or f"exit {proc.returncode}")[-ERROR_TAIL:]
+        return None
+    finally:
+        src.unlink(missing_ok=True)
+
+
+def _cached_compile(
+    code: str, flags: list[str], libs: list[str], cc: str, cache_dir: Path, suffix: str
+) -> BuildResult:
+    """Compile ``code`` to ``cache_dir/<key><suffix>`` unless it is there already."""
+    start = time.perf_counter()
+    version = cc_version(cc)
+    out = cache_dir / f"{_key(code, flags, libs, version)}{suffix}"
+    flag_text = " ".join([*flags, *libs])
+    if out.exists():
+        return BuildResult(True, out, "", cc, version, flag_text, time.perf_counter() - start, cached=True)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    # A unique temp name then os.replace: concurrent builders of the same key never see a partial file.
+    fd, tmp_name = tempfile.mkstemp(suffix=suffix + ".tmp", dir=cache_dir)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        error = _compile([cc, *flags], code, libs, tmp, cache_dir)
+        if error is None:
+            os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
+    ok = error is None
+    return BuildResult(
+        ok, out if ok else None, error or "", cc, version, flag_text, time.perf_counter() - start
+    )
+
+
+def kernel_flags(src: KernelSource, compiler: CompilerConfig) -> list[str]:
+    """Full flag list for a kernel shared object (ISA flags first so the source's own can override)."""
+    return [
+        *compiler.opt_flags,
+        *isa_flags(src.target),
+        *src.cflags,
+        *compiler.extra_flags,
+        "-fPIC",
+        "-shared",
+    ]
+
+
+def build(src: KernelSource, compiler: CompilerConfig, cache_dir: Path) -> BuildResult:
+    """Compile ``src`` to a shared object in ``cache_dir``; a compile error is a result, not an exception."""
+    return _cached_compile(
+        src.code, kernel_flags(src, compiler), _lib_args(src.libs), compiler.cc, Path(cache_dir), ".so"
+    )
+
+
+def build_many(
+    sources: Sequence[KernelSource],
+    compiler: CompilerConfig,
+    cache_dir: Path,
+    jobs: int | None = None,
+) -> list[BuildResult]:
+    """Build in parallel (gcc runs in child processes, so threads suffice); results in input order."""
+    jobs = jobs or os.cpu_count() or 1
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        return list(pool.map(lambda s: build(s, compiler, cache_dir), sources))
+
+
+def compile_only(code: str, isa: str, compiler: CompilerConfig | None = None) -> BuildResult:
+    """Check that ``code`` compiles for ``isa`` (object file thrown away): works for any ISA on any host."""
+    compiler = compiler or CompilerConfig()
+    flags = [*compiler.opt_flags, *isa_flags(isa), *compiler.extra_flags, "-fPIC", "-c"]
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="compile-only-") as tmp:
+        error = _compile([compiler.cc, *flags], code, [], Path(tmp) / "out.o", Path(tmp))
+    return BuildResult(
+        error is None,
+        None,
+        error or "",
+        compiler.cc,
+        cc_version(compiler.cc),
+        " ".join(flags),
+        time.perf_counter() - start,
+    )
+
+
+def build_executable(
+    source: Path, cache_dir: Path, flags: Sequence[str] = ("-O2",), libs: Sequence[str] = (), cc: str = "gcc"
+) -> BuildResult:
+    """Compile a harness tool (driver, peak benchmark) once per source/flags/compiler into ``cache_dir``."""
+    return _cached_compile(
+        Path(source).read_text(), list(flags), _lib_args(libs), cc, Path(cache_dir), ".exe"
+    )

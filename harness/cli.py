@@ -1,0 +1,185 @@
+"""The ``harness`` command: ``run`` and ``show`` compose an experiment with Hydra; ``calibrate``, ``report``.
+
+    harness run workload=conv_small space=quick_conv timing=cold
+    harness run -m codegen.hoist=true,false scheme='[R_j, R_i, T_{192,k}, U_{6,i}, U_{2,j}, V_j]'
+    harness show scheme='[R_i, R_k, R_j, V_j]'
+    harness calibrate [--force]
+    harness report [--results results] [--out results/report]
+
+Bad input (unknown workload or operator, malformed scheme, impossible sizes) exits with status 2 and one
+line naming what is wrong.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+CONF_DIR = Path(os.environ.get("HARNESS_CONF", Path(__file__).resolve().parent.parent / "conf"))
+COMMANDS = ("run", "show", "calibrate", "report")
+
+
+class UsageError(Exception):
+    """A user mistake: reported on one line, exit status 2."""
+
+
+def _fail(message: str) -> None:
+    print(f"harness: error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def build_experiment(cfg: Any) -> Any:
+    """Experiment from a composed Hydra config (also used by tests and Snakemake rules)."""
+    from omegaconf import OmegaConf
+
+    from harness import machine as machine_mod
+    from harness.build import CompilerConfig
+    from harness.check import CheckConfig
+    from harness.experiment import Experiment
+    from harness.run import RunLimits, TimingConfig
+    from kernels.candidate import Candidate, Workload
+    from kernels.scheme import format_scheme, parse_scheme
+
+    c = OmegaConf.to_container(cfg, resolve=True)
+    assert isinstance(c, dict)
+    op = dict(c["op"])
+    op_name = op.pop("name")
+    workload = Workload.make(c["workload"]["name"], op_name, c["workload"]["sizes"], **op)
+    m = machine_mod.detect()
+    target = c["target"]
+    if target == "auto":
+        target = m.best_isa or "avx2"
+    if target not in ("avx2", "avx512"):
+        raise UsageError(f"target must be auto, avx2 or avx512, got {target!r}")
+    base_opts = {"target": target, **c["codegen"]}
+    space = c["space"]
+    if c.get("scheme"):
+        schemes, variants = [c["scheme"]], [{}]
+    else:
+        schemes, variants = space.get("schemes", []), space.get("variants", [{}]) or [{}]
+    candidates = []
+    for s in schemes:
+        spec = s.get(target) if isinstance(s, dict) else s
+        if spec is None:
+            continue  # no variant of this scheme for this ISA
+        text = format_scheme(parse_scheme(spec))  # one spelling per scheme, so one candidate key
+        for v in variants:
+            candidates.append(Candidate("scheme", text, tuple(sorted({**base_opts, **v}.items()))))
+    baselines = c["baselines"] if c.get("baselines") is not None else space.get("baselines", [])
+    if c.get("scheme") and c.get("baselines") is None:
+        baselines = []
+    candidates += [Candidate("baseline", str(b)) for b in baselines]
+    t = c["timing"]
+    limits = c["limits"]
+    mem = limits.get("memory_gib")
+    return Experiment(
+        name=str(c["experiment"]),
+        workload=workload,
+        candidates=candidates,
+        timing=TimingConfig(**t),
+        counters=tuple(c["counters"]["backends"]),
+        check=CheckConfig(**c["check"]),
+        compiler=CompilerConfig(
+            c["compiler"]["cc"], tuple(c["compiler"]["opt_flags"]), tuple(c["compiler"]["extra_flags"])
+        ),
+        limits=RunLimits(float(limits["timeout_s"]), int(mem * 2**30) if mem else None),
+        seed=int(c["seed"]),
+        results_dir=Path(c["results_dir"]),
+    )
+
+
+def _show(exp: Any) -> None:
+    from kernels.candidate import render
+
+    for cand in exp.candidates:
+        print(f"/* ===== {cand.label()}  [key {cand.key}] ===== */")
+        print(render(cand, exp.workload).code)
+
+
+def _hydra_main(command: str) -> None:
+    import hydra
+    from omegaconf import DictConfig
+
+    from kernels.baselines import BaselineUnavailable
+    from kernels.operators import OperatorError
+    from kernels.scheme import SchemeError
+
+    @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
+    def task(cfg: DictConfig) -> None:
+        from harness.experiment import run_experiment
+
+        try:
+            exp = build_experiment(cfg)
+            if command == "show":
+                _show(exp)
+                return
+            if cfg.get("scheme"):  # a single scheme given by hand: an illegal one is a usage error
+                from kernels.candidate import render
+
+                for cand in exp.candidates:
+                    render(cand, exp.workload)
+            rows = run_experiment(exp)
+        except (SchemeError, OperatorError, UsageError, BaselineUnavailable, ValueError, KeyError) as exc:
+            _fail(str(exc).strip("'\""))
+            return
+        for r in rows:
+            perf = (
+                f"{r['gflops_median']:.1f} GFLOP/s, {r['pct_peak_median']:.1f}% of peak"
+                if r["status"] == "ok"
+                else r["reason"][:160]
+            )
+            print(f"{r['status']:>13}  {r['label']}: {perf}")
+        print(f"results: {exp.results_dir / 'rows' / exp.name}")
+
+    task()
+
+
+def quote_schemes(args: list[str]) -> list[str]:
+    """Let ``scheme=[R_i, T_{4,k}, V_j]`` through Hydra's override grammar (braces, commas) as one string."""
+    out = []
+    for a in args:
+        key, sep, value = a.partition("=")
+        if sep and key.lstrip("+~") == "scheme" and value.startswith("["):
+            value = "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+        out.append(f"{key}{sep}{value}" if sep else a)
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] not in COMMANDS:
+        print(__doc__)
+        sys.exit(0 if argv and argv[0] in ("-h", "--help") else 2)
+    command, rest = argv[0], argv[1:]
+    if command in ("run", "show"):
+        sys.argv = [f"harness {command}", *quote_schemes(rest)]
+        _hydra_main(command)
+        return
+    parser = argparse.ArgumentParser(prog=f"harness {command}")
+    parser.add_argument("--results", type=Path, default=Path("results"))
+    if command == "calibrate":
+        parser.add_argument("--force", action="store_true", help="measure again even if cached")
+        args = parser.parse_args(rest)
+        from harness.calibrate import calibrate
+        from harness.machine import detect
+
+        m = detect()
+        peaks = calibrate(m, force=args.force, cache_dir=args.results / "cache")
+        print(f"{m.model_name} [{m.fingerprint}]")
+        for isa, p in peaks.items():
+            print(f"  {isa}: {p['gflops']:.1f} GFLOP/s (best of {len(p['trials'])}, cv {p['cv']:.3f})")
+        return
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--experiment", action="append", default=None, help="only these experiments")
+    args = parser.parse_args(rest)
+    from harness.report import build_report
+
+    out = build_report(args.results, args.out or args.results / "report", args.experiment)
+    print(out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,207 @@
+"""One experiment: candidates x workload -> rendered, built, run, checked, timed, stored.
+
+This is the only place that strings the pipeline together; the CLI, Snakemake and tests all call
+:func:`run_experiment`, so a Snakemake run and a Hydra multirun produce identical rows.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness import machine as machine_mod
+from harness import store
+from harness.build import BuildResult, CompilerConfig, build_many
+from harness.calibrate import calibrate
+from harness.check import CheckConfig, check_output, make_tensors
+from harness.run import RunLimits, TimingConfig, run_kernel
+from kernels.baselines import BaselineUnavailable
+from kernels.candidate import Candidate, KernelSource, Workload, render
+from kernels.scheme import SchemeError
+
+HARNESS_VERSION = "0.1.0"
+
+
+@dataclass
+class Experiment:
+    name: str
+    workload: Workload
+    candidates: list[Candidate]
+    timing: TimingConfig = field(default_factory=TimingConfig)
+    counters: tuple[str, ...] = ("papi", "perf_event")
+    check: CheckConfig = field(default_factory=CheckConfig)
+    compiler: CompilerConfig = field(default_factory=CompilerConfig)
+    limits: RunLimits = field(default_factory=RunLimits)
+    seed: int = 0
+    results_dir: Path = Path("results")
+
+    @property
+    def cache_dir(self) -> Path:
+        return self.results_dir / "cache"
+
+
+def _base_row(exp: Experiment, cand: Candidate, m: machine_mod.Machine) -> dict[str, Any]:
+    w = exp.workload
+    return {
+        "experiment": exp.name,
+        "candidate_key": cand.key,
+        "candidate_kind": cand.kind,
+        "candidate_text": cand.text,
+        "candidate_options": json.dumps(dict(cand.options), sort_keys=True),
+        "label": cand.label(),
+        "workload": w.name,
+        "op": w.op.name,
+        "op_params": json.dumps(dict(w.op.params), sort_keys=True),
+        "sizes": json.dumps(w.size),
+        "flops": w.flops,
+        "source_hash": None,
+        "target": str(cand.option("target", "any")),
+        "compiler": exp.compiler.cc,
+        "compiler_version": None,
+        "cflags": None,
+        "machine_fingerprint": m.fingerprint,
+        "cpu_model": m.model_name,
+        "machine": json.dumps(m.as_dict(), sort_keys=True, default=str),
+        "peak_gflops": None,
+        "timing_mode": exp.timing.mode,
+        "cold_method": exp.timing.cold_method if exp.timing.mode == "cold" else "",
+        "counter_backend": "none",
+        "counters": None,
+        "counters_unavailable": "{}",
+        "seed": exp.seed,
+        "check_mode": None,
+        "check_points": None,
+        "check_eps": exp.check.eps,
+        "check_max_err": None,
+        "check_passed": None,
+        "status": "error",
+        "reason": "",
+        "times_ns": None,
+        "n_reps": None,
+        "min_ns": None,
+        "median_ns": None,
+        "mean_ns": None,
+        "cov": None,
+        "rel_ci": None,
+        "gflops_min": None,
+        "gflops_median": None,
+        "pct_peak_min": None,
+        "pct_peak_median": None,
+        "timestamp": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "harness_version": HARNESS_VERSION,
+    }
+
+
+def _render(cand: Candidate, w: Workload) -> KernelSource | tuple[str, str]:
+    """The source, or (status, reason) when the candidate cannot be rendered here."""
+    try:
+        return render(cand, w)
+    except SchemeError as exc:
+        return "error", str(exc)
+    except BaselineUnavailable as exc:
+        return "unsupported", str(exc)
+
+
+def peak_for(peaks: dict[str, dict[str, Any]], target: str, m: machine_mod.Machine) -> float | None:
+    """Calibrated peak of the ISA a kernel uses; library calls are measured against the best ISA here."""
+    isa = target if target in peaks else m.best_isa
+    entry = peaks.get(isa or "", {})
+    value = entry.get("gflops")
+    return float(value) if value else None
+
+
+def run_experiment(
+    exp: Experiment, progress: Callable[[str], None] | None = None, machine: machine_mod.Machine | None = None
+) -> list[dict[str, Any]]:
+    """Measure every candidate not yet stored; returns the rows written (skipped ones are not re-run)."""
+    m = machine or machine_mod.detect()
+    say = progress or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    peaks = calibrate(m, cache_dir=exp.cache_dir)
+    todo: list[tuple[Candidate, str]] = []
+    for cand in exp.candidates:
+        rid = store.row_id(exp.name, cand.key, exp.workload.name, exp.timing.mode, exp.seed, m.fingerprint)
+        if not store.has_row(exp.results_dir, exp.name, rid):
+            todo.append((cand, rid))
+    skipped = len(exp.candidates) - len(todo)
+    if skipped:
+        say(f"[{exp.name}] {skipped} candidate(s) already measured, skipped")
+
+    rendered = [_render(c, exp.workload) for c, _ in todo]
+    sources = [r for r in rendered if isinstance(r, KernelSource)]
+    builds = iter(build_many(sources, exp.compiler, exp.cache_dir / "so"))
+    tensors = make_tensors(exp.workload, exp.seed, exp.check)
+
+    rows = []
+    counts = {"ok": 0, "failed": 0}
+    for n, ((cand, _rid), src) in enumerate(zip(todo, rendered, strict=True), start=1):
+        row = _base_row(exp, cand, m)
+        if isinstance(src, tuple):
+            row["status"], row["reason"] = src
+        else:
+            row["target"] = src.target
+            _measure(exp, m, peaks, src, next(builds), tensors, row)
+        store.write_row(exp.results_dir, row)
+        rows.append(row)
+        counts["ok" if row["status"] == "ok" else "failed"] += 1
+        perf = (
+            f"{row['pct_peak_median']:.1f}% of peak"
+            if row["status"] == "ok" and row["pct_peak_median"]
+            else ""
+        )
+        say(
+            f"[{exp.name}] {n}/{len(todo)} ok={counts['ok']} failed={counts['failed']} "
+            f"{cand.label()}: {row['status']} {perf}"
+        )
+    return rows
+
+
+def _measure(
+    exp: Experiment,
+    m: machine_mod.Machine,
+    peaks: dict[str, dict[str, Any]],
+    src: KernelSource,
+    built: BuildResult,
+    tensors: Sequence[Any],
+    row: dict[str, Any],
+) -> None:
+    row.update(
+        source_hash=src.source_hash, compiler_version=built.cc_version, cflags=built.flags,
+        peak_gflops=peak_for(peaks, src.target, m),
+    )  # fmt: skip
+    if not built.ok or built.so_path is None:
+        row["status"], row["reason"] = "compile_error", built.error
+        return
+    if src.target not in ("any", *m.isas):
+        row["status"] = "unsupported"
+        row["reason"] = f"this CPU ({m.model_name}) cannot execute {src.target}; compiled only"
+        return
+    res = run_kernel(
+        built.so_path, tensors, src.workspace_bytes, exp.timing, exp.counters, exp.limits, exp.cache_dir
+    )
+    row.update(
+        counter_backend=res.counter_backend,
+        counters_unavailable=json.dumps(res.counters_unavailable),
+    )
+    if exp.timing.mode == "cold":
+        row["cold_method"] = res.cold_method
+    if res.status != "ok" or res.output is None:
+        row["status"], row["reason"] = res.status, res.reason
+        return
+    chk = check_output(exp.workload, list(tensors), res.output, exp.check, exp.seed)
+    row.update(
+        check_mode=chk.mode, check_points=chk.points, check_max_err=chk.max_err, check_passed=chk.passed,
+    )  # fmt: skip
+    if not chk.passed:
+        row["status"] = "wrong"
+        row["reason"] = (
+            f"{chk.n_bad}/{chk.points} points off (max rel. err {chk.max_err:.3g}, first at {chk.first_bad})"
+        )
+        return
+    row["status"] = "ok"
+    row["counters"] = json.dumps(res.counters)
+    row.update(store.perf_fields([float(t) for t in res.times_ns], exp.workload.flops, row["peak_gflops"]))

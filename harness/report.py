@@ -1,0 +1,407 @@
+"""Static HTML report of stored results: machines, per-experiment figures, summaries, failures, provenance.
+
+Why a static page: it must open from a results directory copied anywhere (relative links only, CSS copied
+next to it, figures as PNG files with the CSV of exactly what they plot). Every number on it comes from
+:mod:`harness.analysis`, so a wrong or failed candidate can never appear in a performance figure, and no
+axis ever mixes two machines (one figure per experiment and machine).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+import pandas as pd
+import seaborn as sns
+from jinja2 import Environment, FileSystemLoader, StrictUndefined
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+
+from harness import analysis, store
+
+TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "reports" / "templates"
+DEFAULT_TITLE = "Tensor kernel benchmark report"
+
+PROVENANCE_COLUMNS = [
+    "machine_fingerprint",
+    "cpu_model",
+    "compiler",
+    "compiler_version",
+    "cflags",
+    "counter_backend",
+    "counters_unavailable",
+    "timing_mode",
+    "cold_method",
+    "seed",
+    "check_mode",
+    "check_points",
+    "check_eps",
+    "harness_version",
+]
+
+
+def build_report(
+    results_dir: Path, out_dir: Path, experiments: list[str] | None = None, title: str = DEFAULT_TITLE
+) -> Path:
+    """Load the stored rows (optionally only ``experiments``) and write the report; return index.html."""
+    df = store.load(Path(results_dir))
+    if experiments is not None:
+        df = df[df["experiment"].isin(experiments)].reset_index(drop=True)
+    return render_report(df, Path(out_dir), title=title)
+
+
+def render_report(
+    df: pd.DataFrame, out_dir: Path, title: str = DEFAULT_TITLE, templates_dir: Path = TEMPLATES_DIR
+) -> Path:
+    """Write index.html, style.css and figures/ for the rows in ``df`` (store schema) into ``out_dir``."""
+    out_dir = Path(out_dir)
+    fig_dir = out_dir / "figures"
+    fig_dir.mkdir(parents=True, exist_ok=True)
+    summary = analysis.summarize(df)
+    reps = analysis.repetitions(df)
+    names = _display_labels(summary)
+    if not summary.empty:
+        summary["display"] = [
+            names[(e, k)] for e, k in zip(summary["experiment"], summary["candidate_key"], strict=True)
+        ]
+    if not reps.empty:
+        reps["display"] = [
+            names[(e, k)] for e, k in zip(reps["experiment"], reps["candidate_key"], strict=True)
+        ]
+    counts = analysis.counts(df)
+
+    experiments = []
+    for exp in sorted(df["experiment"].dropna().unique()) if not df.empty else []:
+        exp_rows = df[df["experiment"] == exp]
+        exp_summary = summary[summary["experiment"] == exp]
+        figures = []
+        for fp in sorted(exp_rows["machine_fingerprint"].unique()):
+            fig_reps = reps[(reps["experiment"] == exp) & (reps["machine_fingerprint"] == fp)]
+            if not fig_reps.empty:
+                figures.append(_figure(fig_reps, fig_dir, exp, fp))
+        experiments.append(
+            {
+                "name": exp,
+                "counts": counts.loc[exp].to_dict(),
+                "figures": figures,
+                "machines": _summary_by_machine(exp_summary),
+                "failed": _records(
+                    exp_summary[exp_summary["status"] != "ok"].sort_values(
+                        ["machine_fingerprint", "workload", "display"]
+                    )
+                ),
+                "provenance": _provenance(exp_rows),
+                "sources": _sources(exp_rows, names),
+            }
+        )
+
+    env = Environment(
+        loader=FileSystemLoader(str(templates_dir)),
+        autoescape=True,
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["num"] = _num
+    env.filters["short"] = lambda s, n=12: "" if s is None else str(s)[:n]
+    html = env.get_template("index.html.j2").render(
+        title=title,
+        n_rows=len(df),
+        time_span=_time_span(df),
+        machines=_machines(df),
+        experiments=experiments,
+    )
+    shutil.copyfile(Path(templates_dir) / "style.css", out_dir / "style.css")
+    index = out_dir / "index.html"
+    index.write_text(html, encoding="utf-8")
+    return index
+
+
+# -- figures -------------------------------------------------------------------------------------------
+
+
+def _slug(text: str, n: int = 40) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", str(text)).strip("_.")[:n] or "x"
+
+
+def _figure(reps: pd.DataFrame, fig_dir: Path, experiment: str, fingerprint: str) -> dict[str, str]:
+    """One PNG per (experiment, machine): facets per workload x timing mode, a dot per repetition + median."""
+    tag = hashlib.sha256(f"{experiment}\0{fingerprint}".encode()).hexdigest()[:8]
+    stem = f"{_slug(experiment)}-{_slug(fingerprint, 12)}-{tag}"
+    workloads = sorted(reps["workload"].unique())
+    modes = sorted(reps["timing_mode"].unique())
+    kinds = sorted(reps["candidate_kind"].dropna().unique())
+    palette = dict(zip(kinds, sns.color_palette("deep", len(kinds)), strict=True))
+    n_labels = [max(reps.loc[reps["workload"] == w, "display"].nunique(), 1) for w in workloads]
+    xmax = max(105.0, float(reps["pct_peak"].max()) * 1.05) if reps["pct_peak"].notna().any() else 105.0
+    cpu = reps["cpu_model"].dropna().iloc[0] if reps["cpu_model"].notna().any() else "unknown CPU"
+
+    with matplotlib.rc_context({"text.parse_math": False}), sns.axes_style("whitegrid"):
+        fig = Figure(
+            figsize=(4.2 * len(modes) + 4.5, sum(0.32 * n + 1.1 for n in n_labels) + 0.8),
+            layout="constrained",
+        )
+        FigureCanvasAgg(fig)
+        axes = fig.subplots(
+            len(workloads),
+            len(modes),
+            squeeze=False,
+            gridspec_kw={"height_ratios": [0.32 * n + 1.1 for n in n_labels]},
+        )
+        for i, workload in enumerate(workloads):
+            for j, mode in enumerate(modes):
+                ax = axes[i][j]
+                facet = reps[(reps["workload"] == workload) & (reps["timing_mode"] == mode)]
+                ax.set_title(f"{workload} · {mode} cache", fontsize=10)
+                ax.set_xlim(0, xmax)
+                ax.axvline(100.0, color="0.4", linestyle="--", linewidth=1)
+                ax.set_xlabel("% of calibrated peak" if i == len(workloads) - 1 else "")
+                ax.set_ylabel("")
+                if facet.empty:
+                    ax.text(0.5, 0.5, "no ok candidate", ha="center", va="center", transform=ax.transAxes)
+                    ax.set_yticks([])
+                    continue
+                order = (
+                    facet.groupby("display")["pct_peak"].median().sort_values(ascending=False).index.tolist()
+                )
+                sns.stripplot(
+                    data=facet,
+                    x="pct_peak",
+                    y="display",
+                    order=order,
+                    hue="candidate_kind",
+                    hue_order=kinds,
+                    palette=palette,
+                    size=3.5,
+                    alpha=0.55,
+                    jitter=0.25,
+                    legend=False,
+                    ax=ax,
+                )
+                sns.pointplot(
+                    data=facet,
+                    x="pct_peak",
+                    y="display",
+                    order=order,
+                    estimator="median",
+                    errorbar=None,
+                    color="black",
+                    marker="D",
+                    markersize=5,
+                    linestyle="none",
+                    ax=ax,
+                )
+                ax.set_ylabel("")
+                ax.set_xlabel("% of calibrated peak" if i == len(workloads) - 1 else "")
+                ax.tick_params(axis="y", labelsize=8)
+        handles = [
+            Line2D(
+                [],
+                [],
+                marker="o",
+                linestyle="none",
+                color=palette[k],
+                alpha=0.7,
+                label=f"{k}: one timed repetition",
+            )
+            for k in kinds
+        ]
+        handles.append(Line2D([], [], marker="D", linestyle="none", color="black", label="median"))
+        fig.legend(handles=handles, loc="outside lower center", ncols=len(handles), fontsize=8, frameon=False)
+        fig.suptitle(f"{experiment} — {cpu} ({fingerprint[:12]})", fontsize=11)
+        png = fig_dir / f"{stem}.png"
+        fig.savefig(png, dpi=110)
+
+    csv = fig_dir / f"{stem}.csv"
+    reps.drop(columns=["display"]).assign(display_label=reps["display"]).to_csv(csv, index=False)
+    return {
+        "png": f"figures/{png.name}",
+        "csv": f"figures/{csv.name}",
+        "machine_fingerprint": fingerprint,
+        "cpu_model": str(cpu),
+    }
+
+
+# -- tables --------------------------------------------------------------------------------------------
+
+
+def _display_labels(summary: pd.DataFrame) -> dict[tuple[str, str], str]:
+    """Labels that are unique per experiment: candidates differing only in target ISA share a label."""
+    names: dict[tuple[str, str], str] = {}
+    if summary.empty:
+        return names
+    cands = summary.drop_duplicates(["experiment", "candidate_key"])[
+        ["experiment", "candidate_key", "label", "target"]
+    ].copy()
+    cands["label"] = cands["label"].fillna(cands["candidate_key"]).astype(str)
+    for _, group in cands.groupby(["experiment", "label"]):
+        multi = len(group) > 1
+        with_target = group["label"] + " [" + group["target"].fillna("?").astype(str) + "]"
+        still_multi = with_target.duplicated(keep=False)
+        for (_, row), wt, dup in zip(group.iterrows(), with_target, still_multi, strict=True):
+            name = row["label"]
+            if multi:
+                name = f"{wt} #{row['candidate_key'][:6]}" if dup else wt
+            names[(row["experiment"], row["candidate_key"])] = name
+    return names
+
+
+def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    return [{k: (None if _isna(v) else v) for k, v in rec.items()} for rec in frame.to_dict("records")]
+
+
+def _summary_by_machine(summary: pd.DataFrame) -> list[dict[str, Any]]:
+    """Summary lines split per machine, so no table ratio compares two CPUs."""
+    out = []
+    for fp, part in summary.groupby("machine_fingerprint", sort=True):
+        part = part.sort_values(
+            ["workload", "timing_mode", "pct_peak_median", "display"],
+            ascending=[True, True, False, True],
+            na_position="last",
+        )
+        cpu = part["cpu_model"].dropna()
+        out.append({"fingerprint": fp, "cpu_model": cpu.iloc[0] if len(cpu) else "", "rows": _records(part)})
+    return out
+
+
+def _unavailable_text(value: Any) -> str:
+    if _isna(value) or value == "":
+        return ""
+    try:
+        parsed = json.loads(value)
+    except (TypeError, json.JSONDecodeError):
+        return str(value)
+    if isinstance(parsed, dict):
+        return "; ".join(f"{k}: {v}" for k, v in parsed.items())
+    return json.dumps(parsed)
+
+
+def _provenance(rows: pd.DataFrame) -> list[dict[str, Any]]:
+    """Distinct build/run settings of an experiment and how many rows used each."""
+    prov = rows[PROVENANCE_COLUMNS].copy()
+    prov["counters_unavailable"] = prov["counters_unavailable"].map(_unavailable_text)
+    prov = prov.astype("object").where(prov.notna(), None)
+    grouped = prov.groupby(PROVENANCE_COLUMNS, dropna=False, sort=True).size().reset_index(name="n_rows")
+    return _records(grouped)
+
+
+def _sources(rows: pd.DataFrame, names: dict[tuple[str, str], str]) -> list[dict[str, Any]]:
+    """Which generated source (hash) each candidate used on each workload."""
+    src = rows[
+        ["experiment", "candidate_key", "workload", "target", "source_hash", "status"]
+    ].drop_duplicates(["candidate_key", "workload", "source_hash"])
+    src = src.assign(
+        display=[names.get((e, k), k) for e, k in zip(src["experiment"], src["candidate_key"], strict=True)]
+    )
+    return _records(src.sort_values(["display", "workload"]))
+
+
+# -- machines ------------------------------------------------------------------------------------------
+
+
+def _flatten(obj: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    if isinstance(obj, dict):
+        items: list[tuple[str, Any]] = []
+        for k, v in obj.items():
+            items.extend(_flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+        return items
+    if isinstance(obj, list) and obj and all(isinstance(x, dict) for x in obj):
+        items = []
+        for i, v in enumerate(obj):
+            items.extend(_flatten(v, f"{prefix}[{i}]"))
+        return items
+    if isinstance(obj, list):
+        return [(prefix, ", ".join(map(str, obj)))]
+    return [(prefix, obj)]
+
+
+def _bytes_text(value: Any) -> str:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return str(value)
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if value >= size:
+            return f"{value / size:g} {unit}"
+    return f"{value:g} B"
+
+
+_CACHE_KEY = re.compile(r"(cache|^l[1-4]|\.l[1-4]|llc)", re.IGNORECASE)
+
+
+def _machines(df: pd.DataFrame) -> list[dict[str, Any]]:
+    """One entry per machine fingerprint: CPU, ISA, calibrated peaks per ISA, caches, all details."""
+    out = []
+    if df.empty:
+        return out
+    for fp, rows in df.groupby("machine_fingerprint", sort=True):
+        raw = rows["machine"].dropna()
+        try:
+            info = json.loads(raw.iloc[0]) if len(raw) else {}
+        except json.JSONDecodeError:
+            info = {"machine": raw.iloc[0]}
+        if not isinstance(info, dict):
+            info = {"machine": info}
+        flat = _flatten(info)
+        isa = info.get("isa")
+        if isinstance(isa, list):
+            isa = ", ".join(map(str, isa))
+        if not isa:
+            isa = ", ".join(sorted(t for t in rows["target"].dropna().unique() if t != "any"))
+        peaks = (
+            rows.dropna(subset=["peak_gflops"]).groupby("target")["peak_gflops"].median().sort_index().items()
+        )
+        caches = [(k, _bytes_text(v)) for k, v in flat if _CACHE_KEY.search(k)]
+        cpu = rows["cpu_model"].dropna()
+        out.append(
+            {
+                "fingerprint": fp,
+                "cpu_model": cpu.iloc[0] if len(cpu) else "",
+                "isa": isa or "",
+                "peaks": [(t, p) for t, p in peaks],
+                "caches": caches,
+                "details": [(k, "" if v is None else str(v)) for k, v in flat],
+                "experiments": sorted(rows["experiment"].unique()),
+            }
+        )
+    return out
+
+
+# -- formatting ----------------------------------------------------------------------------------------
+
+
+def _isna(value: Any) -> bool:
+    try:
+        return value is None or bool(pd.isna(value))
+    except (TypeError, ValueError):
+        return False
+
+
+def _num(value: Any, digits: int = 1, scale: float = 1.0) -> str:
+    """Jinja filter: ``value * scale`` in fixed point, an en dash for missing/NaN."""
+    if _isna(value):
+        return "–"
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return str(value)
+    v *= scale
+    if math.isinf(v):
+        return "∞" if v > 0 else "-∞"
+    return f"{v:.{digits}f}"
+
+
+def _time_span(df: pd.DataFrame) -> tuple[str, str] | None:
+    ts = df["timestamp"].dropna() if "timestamp" in df else pd.Series(dtype="object")
+    return (str(ts.min()), str(ts.max())) if len(ts) else None
+
+
+def experiments_in(results_dir: Path) -> list[str]:
+    """Experiment names that have rows stored (for CLIs and Snakemake rules)."""
+    base = Path(results_dir) / "rows"
+    return sorted(p.name for p in base.iterdir() if p.is_dir()) if base.is_dir() else []

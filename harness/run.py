@@ -1,0 +1,201 @@
+"""Run one compiled kernel in an isolated, pinned child process (harness/driver/driver.c) and time it.
+
+A crash, a hang or a kernel error kills only the child: it comes back as a RunResult with a reason, so
+a sweep never dies on one bad candidate.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import resource
+import signal
+import subprocess
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from harness import machine
+from harness.build import build_executable, cc_version
+
+DRIVER_SOURCE = Path(__file__).parent / "driver" / "driver.c"
+PAPI_HEADER = Path("/usr/include/papi.h")
+TMP_ROOT = Path("/dev/shm")  # tmpfs: writing large tensors costs no disk I/O
+STDERR_TAIL = 2000
+ALIGN = 1024  # bytes: beyond any vector width or cache line, so alignment never differs between candidates
+
+
+@dataclass(frozen=True)
+class TimingConfig:
+    mode: str = "hot"  # "hot": warm-up first; "cold": evict the kernel's data before every repetition
+    cold_method: str = "clflushopt"  # or "sweep" (a buffer of flush_bytes written and read)
+    flush_bytes: int | None = None  # None: 8x the last-level cache of this machine
+    warmup: int = 3
+    min_reps: int = 5
+    max_reps: int = 50
+    rel_ci: float = 0.02  # stop when the 95% CI half-width of the mean is within this fraction of it
+    max_seconds: float = 5.0
+    cpu: int | None = None  # None: the last CPU this process may use (CPU 0 takes most interrupts)
+
+
+@dataclass(frozen=True)
+class RunLimits:
+    timeout_s: float = 60.0
+    memory_bytes: int | None = None  # None: 80% of RAM, so a runaway kernel cannot take the machine down
+
+
+@dataclass
+class RunResult:
+    status: str  # "ok", "crash", "timeout", "kernel_error" or "error"
+    reason: str = ""
+    output: np.ndarray | None = None
+    times_ns: list[int] = field(default_factory=list)
+    tsc: list[int] = field(default_factory=list)
+    tsc_hz: float | None = None
+    counter_backend: str = "none"
+    counters: dict[str, list[int]] = field(default_factory=dict)
+    counters_unavailable: dict[str, str] = field(default_factory=dict)
+    cold_method: str = "none"
+    n_reps: int = 0
+
+
+@functools.cache
+def _papi_links(cc: str) -> bool:
+    """papi.h can exist without a usable libpapi (or the reverse): only a test link decides."""
+    if not PAPI_HEADER.exists():
+        return False
+    code = "#include <papi.h>\nint main(void) { return PAPI_library_init(PAPI_VER_CURRENT) < 0; }\n"
+    with tempfile.TemporaryDirectory(prefix="papi-probe-") as tmp:
+        src = Path(tmp) / "probe.c"
+        src.write_text(code)
+        cmd = [cc, str(src), "-o", str(Path(tmp) / "probe"), "-lpapi"]
+        try:
+            return subprocess.run(cmd, capture_output=True, timeout=60, check=False).returncode == 0
+        except (OSError, subprocess.TimeoutExpired):
+            return False
+
+
+def build_driver(cache_dir: Path, cc: str = "gcc") -> Path:
+    """The driver executable for this machine, compiled once (keyed by source, flags and compiler)."""
+    papi = _papi_links(cc)
+    flags = ["-O2", "-std=gnu11", *(["-DHAVE_PAPI"] if papi else [])]
+    libs = ["-ldl", "-lm", *(["-lpapi"] if papi else [])]
+    result = build_executable(DRIVER_SOURCE, cache_dir, flags, libs, cc)
+    if not result.ok or result.so_path is None:
+        raise RuntimeError(f"cannot build the measurement driver ({cc_version(cc)}):\n{result.error}")
+    return result.so_path
+
+
+def _default_cpu() -> int:
+    return max(os.sched_getaffinity(0))
+
+
+def _limit_memory(limit: int) -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+
+def _tail(text: str) -> str:
+    return text.strip()[-STDERR_TAIL:]
+
+
+def run_kernel(
+    so_path: Path,
+    tensors: Sequence[np.ndarray],
+    workspace_bytes: int = 0,
+    timing: TimingConfig | None = None,
+    counters: Sequence[str] = ("papi", "perf_event"),
+    limits: RunLimits | None = None,
+    workdir: Path = Path("results/cache"),
+    driver: Path | None = None,
+) -> RunResult:
+    """Run ``so_path`` on ``tensors`` (ABI order, output first) and time it; never raises for a bad kernel.
+
+    ``workdir`` holds the compiled driver; tensor files go to a temporary directory under TMP_ROOT
+    (/dev/shm), or under ``workdir`` where that does not exist, and are removed in every case.
+    """
+    timing = timing or TimingConfig()
+    limits = limits or RunLimits()
+    workdir = Path(workdir)
+    try:
+        driver = driver or build_driver(workdir)
+    except RuntimeError as exc:
+        return RunResult("error", str(exc))
+    arrays = [np.ascontiguousarray(t, dtype=np.float32) for t in tensors]
+    if not arrays:
+        return RunResult("error", "no tensors: the output tensor comes first")
+    m = machine.detect()
+    flush_bytes = timing.flush_bytes or 8 * (m.llc_bytes or 32 << 20)
+    memory = limits.memory_bytes or int(0.8 * m.memory_bytes)
+    cpu = _default_cpu() if timing.cpu is None else timing.cpu
+
+    tmp_parent = TMP_ROOT if TMP_ROOT.is_dir() and os.access(TMP_ROOT, os.W_OK) else workdir
+    tmp_parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="harness-run-", dir=tmp_parent) as tmp:
+        cmd = [str(driver), "--lib", str(Path(so_path).resolve())]
+        for i, a in enumerate(arrays):
+            path = Path(tmp) / f"t{i}.bin"
+            a.tofile(path)
+            cmd += ["--tensor", f"{path}:{a.size}"]
+        out_path = Path(tmp) / "out.bin"
+        cmd += [
+            "--out", str(out_path), "--ws", str(workspace_bytes), "--align", str(ALIGN),
+            "--mode", timing.mode, "--cold-method", timing.cold_method, "--flush-bytes", str(flush_bytes),
+            "--warmup", str(timing.warmup), "--min-reps", str(timing.min_reps),
+            "--max-reps", str(timing.max_reps), "--rel-ci", repr(timing.rel_ci),
+            "--max-seconds", repr(timing.max_seconds), "--counters", ",".join(counters), "--cpu", str(cpu),
+        ]  # fmt: skip
+        # Pinned to one CPU, library threads would only contend with each other.
+        env = {**os.environ}
+        for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS"):
+            env.setdefault(var, "1")
+        try:
+            proc = subprocess.run(
+                cmd,
+                capture_output=True,
+                text=True,
+                timeout=limits.timeout_s,
+                env=env,
+                preexec_fn=functools.partial(_limit_memory, memory),
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            return RunResult("timeout", f"timeout after {limits.timeout_s:g}s")
+        except OSError as exc:
+            return RunResult("error", f"cannot start the driver: {exc}")
+        return _parse(proc, out_path, arrays[0])
+
+
+def _parse(proc: subprocess.CompletedProcess[str], out_path: Path, output_like: np.ndarray) -> RunResult:
+    if proc.returncode < 0:
+        try:
+            name = signal.Signals(-proc.returncode).name
+        except ValueError:
+            name = str(-proc.returncode)
+        stderr = _tail(proc.stderr)
+        return RunResult("crash", f"signal {name}" + (f": {stderr}" if stderr else ""))
+    try:
+        data = json.loads(proc.stdout.strip().splitlines()[-1])
+    except (IndexError, json.JSONDecodeError):
+        return RunResult("error", f"exit {proc.returncode}, no JSON from the driver: {_tail(proc.stderr)}")
+    status = data.get("status", "error")
+    if status != "ok" or proc.returncode != 0:
+        return RunResult(status if status != "ok" else "error", data.get("reason") or _tail(proc.stderr))
+    output = np.fromfile(out_path, dtype=np.float32)
+    if output.size != output_like.size:
+        return RunResult("error", f"output file has {output.size} floats, expected {output_like.size}")
+    return RunResult(
+        status="ok",
+        output=output.reshape(output_like.shape),
+        times_ns=data["times_ns"],
+        tsc=data["tsc"],
+        tsc_hz=data["tsc_hz"],
+        counter_backend=data["counter_backend"],
+        counters=data["counters"],
+        counters_unavailable=data["counters_unavailable"],
+        cold_method=data["cold_method"],
+        n_reps=data["n_reps"],
+    )

@@ -1,0 +1,361 @@
+"""The result store: one schema for every measured candidate, one durable parquet file per row.
+
+Why one file per row: a sweep may be killed at any moment (timeout, OOM, ``kill -9``, a SLURM pre-emption).
+Each row is written to a temp file in its final directory, fsynced and renamed with :func:`os.replace`, so a
+row file either exists complete or not at all, and a rerun skips the rows that exist (:func:`has_row`).
+Readers only look at ``*.parquet`` names, so leftover temp files from a killed writer are ignored.
+
+Layout: ``<results_dir>/rows/<experiment>/<row_id>.parquet``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import math
+import os
+import re
+import tempfile
+from collections import OrderedDict
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+
+STR = pa.string()
+I64 = pa.int64()
+F64 = pa.float64()
+
+#: Every column of a result row, in order: name -> (arrow type, description).
+COLUMNS: OrderedDict[str, tuple[pa.DataType, str]] = OrderedDict(
+    [
+        ("experiment", (STR, "experiment name (also the row directory)")),
+        ("candidate_key", (STR, "stable content hash of the candidate (kernels.candidate.Candidate.key)")),
+        ("candidate_kind", (STR, "scheme | baseline")),
+        ("candidate_text", (STR, "scheme text, or library name for a baseline")),
+        ("candidate_options", (STR, "code-generation options, JSON object")),
+        ("label", (STR, "human-readable candidate label used in tables and figures")),
+        ("workload", (STR, "workload name")),
+        ("op", (STR, "operator name")),
+        ("op_params", (STR, "operator parameters (e.g. stride), JSON object")),
+        ("sizes", (STR, "dimension sizes, JSON object dim -> size")),
+        ("flops", (I64, "floating-point operations of one kernel call")),
+        ("source_hash", (STR, "hash of the generated C source, flags and libraries")),
+        ("target", (STR, "ISA the kernel needs: avx512 | avx2 | any")),
+        ("compiler", (STR, "compiler executable")),
+        ("compiler_version", (STR, "compiler version string")),
+        ("cflags", (STR, "compile flags, space separated")),
+        ("machine_fingerprint", (STR, "stable hash identifying the machine (CPU model, ISA, caches)")),
+        ("cpu_model", (STR, "CPU model name")),
+        ("machine", (STR, "machine description (ISA, caches, cores...), JSON object")),
+        ("peak_gflops", (F64, "calibrated fp32 peak GFLOP/s of one core for the ISA the kernel uses")),
+        ("timing_mode", (STR, "hot | cold")),
+        ("cold_method", (STR, "how caches were made cold (e.g. clflushopt, sweep); empty when hot")),
+        ("counter_backend", (STR, "counter backend used (papi, perf_event, tsc, clock_gettime...)")),
+        ("counters", (STR, "counter values, JSON object event -> list (one value per repetition)")),
+        ("counters_unavailable", (STR, "counters that could not be read, JSON object backend -> reason")),
+        ("seed", (I64, "seed of the input initialisation and of the sampled check")),
+        ("check_mode", (STR, "sampled | full")),
+        ("check_points", (I64, "number of output points checked")),
+        ("check_eps", (F64, "relative error tolerance of the check")),
+        ("check_max_err", (F64, "largest relative error seen by the check")),
+        ("check_passed", (pa.bool_(), "whether the semantic check passed")),
+        (
+            "status",
+            (STR, "ok | wrong | crash | timeout | compile_error | kernel_error | unsupported | error"),
+        ),
+        ("reason", (STR, "why the status is not ok (empty when ok)")),
+        ("times_ns", (pa.list_(F64), "every timed repetition, nanoseconds")),
+        ("n_reps", (I64, "number of timed repetitions")),
+        ("min_ns", (F64, "minimum time, ns")),
+        ("median_ns", (F64, "median time, ns")),
+        ("mean_ns", (F64, "mean time, ns")),
+        ("cov", (F64, "coefficient of variation of the times (std / mean)")),
+        ("rel_ci", (F64, "relative half-width of the confidence interval reached by the repetition loop")),
+        ("gflops_min", (F64, "GFLOP/s from the minimum time")),
+        ("gflops_median", (F64, "GFLOP/s from the median time")),
+        ("pct_peak_min", (F64, "100 * gflops_min / peak_gflops")),
+        ("pct_peak_median", (F64, "100 * gflops_median / peak_gflops")),
+        ("timestamp", (STR, "ISO 8601 time the row was measured")),
+        ("harness_version", (STR, "harness version that produced the row")),
+    ]
+)
+
+#: Arrow schema of a row file; field metadata carries the descriptions.
+SCHEMA: pa.Schema = pa.schema(
+    [
+        pa.field(name, typ, nullable=True, metadata={"description": desc})
+        for name, (typ, desc) in COLUMNS.items()
+    ]
+)
+
+#: Columns that only mean something for a measured, correct kernel: null unless status == "ok".
+PERF_COLUMNS: tuple[str, ...] = (
+    "counters",
+    "times_ns",
+    "n_reps",
+    "min_ns",
+    "median_ns",
+    "mean_ns",
+    "cov",
+    "rel_ci",
+    "gflops_min",
+    "gflops_median",
+    "pct_peak_min",
+    "pct_peak_median",
+)
+
+JSON_COLUMNS: tuple[str, ...] = (
+    "candidate_options",
+    "op_params",
+    "sizes",
+    "machine",
+    "counters",
+    "counters_unavailable",
+)
+
+STATUSES: tuple[str, ...] = (
+    "ok",
+    "wrong",
+    "crash",
+    "timeout",
+    "compile_error",
+    "kernel_error",
+    "unsupported",
+    "error",
+)
+
+#: Allowed values of enumerated columns (null is always allowed).
+ENUMS: dict[str, tuple[str, ...]] = {
+    "candidate_kind": ("scheme", "baseline"),
+    "target": ("avx512", "avx2", "any"),
+    "timing_mode": ("hot", "cold"),
+    "check_mode": ("sampled", "full"),
+    "status": STATUSES,
+}
+
+#: Columns that must be present and non-null: they name the row and where it lives.
+REQUIRED_NON_NULL: tuple[str, ...] = (
+    "experiment",
+    "candidate_key",
+    "workload",
+    "timing_mode",
+    "seed",
+    "machine_fingerprint",
+    "status",
+)
+
+_ROW_SUFFIX = ".parquet"
+_TMP_PREFIX = ".tmp-"
+_SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+=,@-]*$")
+
+
+def row_id(
+    experiment: str, candidate_key: str, workload: str, timing_mode: str, seed: int, machine_fingerprint: str
+) -> str:
+    """Stable id of one measurement, so a rerun of the same sweep on the same machine finds its rows."""
+    blob = json.dumps(
+        [experiment, candidate_key, workload, timing_mode, int(seed), machine_fingerprint],
+        separators=(",", ":"),
+    )
+    return hashlib.sha256(blob.encode()).hexdigest()[:24]
+
+
+def perf_fields(
+    times_ns: list[float], flops: int, peak_gflops: float | None, rel_ci: float | None = None
+) -> dict[str, Any]:
+    """Derived timing columns of an ok row, so every producer computes them the same way.
+
+    GFLOP/s is flops per nanosecond; % of peak is against the calibrated peak of the ISA used.
+    """
+    times = pd.Series(times_ns, dtype="float64")
+    if times.empty or not (times > 0).all():
+        raise ValueError("times_ns must be a non-empty list of positive times")
+    tmin, tmed, tmean = float(times.min()), float(times.median()), float(times.mean())
+    cov = float(times.std(ddof=1) / tmean) if len(times) > 1 else math.nan
+    gmin, gmed = flops / tmin, flops / tmed
+    peak = peak_gflops if peak_gflops and peak_gflops > 0 else None
+    return {
+        "times_ns": [float(t) for t in times],
+        "n_reps": len(times),
+        "min_ns": tmin,
+        "median_ns": tmed,
+        "mean_ns": tmean,
+        "cov": cov,
+        "rel_ci": rel_ci,
+        "gflops_min": gmin,
+        "gflops_median": gmed,
+        "pct_peak_min": 100.0 * gmin / peak if peak else None,
+        "pct_peak_median": 100.0 * gmed / peak if peak else None,
+    }
+
+
+def _is_null(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def _check_name(kind: str, value: str) -> str:
+    """Experiment names become directory names: refuse anything that could escape or collide."""
+    if not isinstance(value, str) or not _SAFE_NAME.match(value) or ".." in value:
+        raise ValueError(f"{kind} {value!r} is not a safe file name (letters, digits and _.+=,@- only)")
+    return value
+
+
+def validate_row(row: Mapping[str, Any]) -> pa.Table:
+    """Check a row against :data:`COLUMNS` and return it as a one-row arrow table.
+
+    Raises ValueError naming missing/unknown columns, values of the wrong type, bad enum values, invalid
+    JSON, or timing columns set on a row whose status is not ok.
+    """
+    missing = [c for c in COLUMNS if c not in row]
+    unknown = [c for c in row if c not in COLUMNS]
+    if missing or unknown:
+        parts = []
+        if missing:
+            parts.append(f"missing columns: {', '.join(missing)}")
+        if unknown:
+            parts.append(f"unknown columns: {', '.join(map(str, unknown))}")
+        raise ValueError("bad result row; " + "; ".join(parts))
+
+    values: dict[str, Any] = {}
+    for name, (typ, _) in COLUMNS.items():
+        value = row[name]
+        if isinstance(value, float) and math.isnan(value) and typ != F64:
+            value = None
+        if name in JSON_COLUMNS and value is not None:
+            if isinstance(value, str):
+                try:
+                    json.loads(value)
+                except json.JSONDecodeError as exc:
+                    raise ValueError(f"column {name}: not valid JSON ({exc})") from exc
+            else:
+                value = json.dumps(value, sort_keys=True, default=str)
+        values[name] = value
+
+    nulls = [c for c in REQUIRED_NON_NULL if _is_null(values[c])]
+    if nulls:
+        raise ValueError(f"columns must not be null: {', '.join(nulls)}")
+    for name, allowed in ENUMS.items():
+        if values[name] is not None and values[name] not in allowed:
+            raise ValueError(f"column {name}: {values[name]!r} not in {allowed}")
+    if values["status"] != "ok":
+        set_perf = [c for c in PERF_COLUMNS if not _is_null(values[c])]
+        if set_perf:
+            raise ValueError(
+                f"status {values['status']!r}: timing columns must be null: {', '.join(set_perf)}"
+            )
+    elif (
+        values["times_ns"] is not None
+        and values["n_reps"] is not None
+        and len(values["times_ns"]) != values["n_reps"]
+    ):
+        raise ValueError(f"n_reps={values['n_reps']} but times_ns has {len(values['times_ns'])} values")
+
+    arrays = []
+    for name, (typ, _) in COLUMNS.items():
+        try:
+            arrays.append(pa.array([values[name]], type=typ))
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError) as exc:
+            raise ValueError(f"column {name}: cannot store {values[name]!r} as {typ} ({exc})") from exc
+    return pa.Table.from_arrays(arrays, schema=SCHEMA)
+
+
+def _rows_dir(results_dir: Path, experiment: str) -> Path:
+    return Path(results_dir) / "rows" / _check_name("experiment", experiment)
+
+
+def row_path(results_dir: Path, experiment: str, rid: str) -> Path:
+    """Where the row ``rid`` of ``experiment`` lives."""
+    return _rows_dir(results_dir, experiment) / f"{_check_name('row id', rid)}{_ROW_SUFFIX}"
+
+
+def write_row(results_dir: Path, row: dict[str, Any]) -> Path:
+    """Validate ``row`` and write it atomically as one parquet file; return its path.
+
+    Temp file in the final directory + fsync + os.replace: a killed writer leaves either the old state or
+    the complete new file, never a truncated parquet. Rewriting an existing row replaces it.
+    """
+    table = validate_row(row)
+    rid = row_id(
+        row["experiment"],
+        row["candidate_key"],
+        row["workload"],
+        row["timing_mode"],
+        row["seed"],
+        row["machine_fingerprint"],
+    )
+    final = row_path(results_dir, row["experiment"], rid)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f"{_TMP_PREFIX}{rid}-", suffix=".tmp", dir=final.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            pq.write_table(table, fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp_name, final)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp_name)
+        raise
+    _fsync_dir(final.parent)
+    return final
+
+
+def _fsync_dir(path: Path) -> None:
+    """Make the rename itself durable (best effort: not every filesystem allows fsync on a directory)."""
+    try:
+        dfd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(dfd)
+    except OSError:
+        pass
+    finally:
+        os.close(dfd)
+
+
+def has_row(results_dir: Path, experiment: str, row_id: str) -> bool:
+    """Whether the row is already stored, so a resumed sweep can skip it."""
+    return row_path(results_dir, experiment, row_id).is_file()
+
+
+def row_files(results_dir: Path, experiment: str | None = None) -> list[Path]:
+    """Complete row files (``*.parquet`` only; temp files of killed writers are ignored)."""
+    base = Path(results_dir) / "rows"
+    if experiment is not None:
+        pattern_dirs = [_rows_dir(results_dir, experiment)]
+    else:
+        pattern_dirs = sorted(p for p in base.glob("*") if p.is_dir()) if base.is_dir() else []
+    files: list[Path] = []
+    for d in pattern_dirs:
+        files.extend(sorted(p for p in d.glob(f"*{_ROW_SUFFIX}") if not p.name.startswith(".")))
+    return files
+
+
+def _to_pandas(table: pa.Table) -> pd.DataFrame:
+    """Arrow -> pandas keeping integer and bool columns nullable (failed rows have null n_reps)."""
+    mapping = {I64: pd.Int64Dtype(), pa.bool_(): pd.BooleanDtype()}
+    return table.to_pandas(types_mapper=mapping.get)
+
+
+def empty_frame() -> pd.DataFrame:
+    """A zero-row DataFrame with every column and its dtype."""
+    return _to_pandas(SCHEMA.empty_table())
+
+
+def load(results_dir: Path, experiment: str | None = None) -> pd.DataFrame:
+    """Every stored row (of one experiment, or of all) as a DataFrame with the schema applied.
+
+    ``times_ns`` holds one numpy array per row; int64/bool columns are nullable pandas dtypes.
+    """
+    files = row_files(results_dir, experiment)
+    if not files:
+        return empty_frame()
+    dataset = ds.dataset([str(f) for f in files], schema=SCHEMA, format="parquet")
+    return _to_pandas(dataset.to_table()).reset_index(drop=True)

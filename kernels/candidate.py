@@ -1,0 +1,106 @@
+"""The interface between ``kernels`` and ``harness``: workloads, candidates and rendered kernel sources.
+
+The harness only sees a :class:`KernelSource`: C source of ``int kernel(float *const *tensors, void *ws)``
+(tensors in ABI order: output first, then inputs, row-major, aligned), the flags and libraries it needs,
+and its workspace size.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+
+from kernels.operators import Operator, make_operator
+
+TARGETS = ("avx512", "avx2")
+
+
+def content_hash(obj: object, n: int = 16) -> str:
+    """Stable hash of a JSON-able object (sorted keys)."""
+    blob = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:n]
+
+
+@dataclass(frozen=True)
+class Workload:
+    """An operator instance: operator + dimension sizes."""
+
+    name: str
+    op: Operator
+    sizes: tuple[tuple[str, int], ...]
+
+    @classmethod
+    def make(cls, name: str, op_name: str, sizes: dict[str, int], **op_params: object) -> Workload:
+        op = make_operator(op_name, **op_params)
+        checked = op.validate_sizes(dict(sizes))
+        return cls(name, op, tuple((d, checked[d]) for d in op.dims))
+
+    @property
+    def size(self) -> dict[str, int]:
+        return dict(self.sizes)
+
+    @property
+    def flops(self) -> int:
+        return self.op.flops(self.size)
+
+    def shapes(self) -> list[tuple[int, ...]]:
+        return self.op.shapes(self.size)
+
+    def describe(self) -> dict[str, object]:
+        return {
+            "workload": self.name,
+            "op": self.op.name,
+            "op_params": dict(self.op.params),
+            "sizes": self.size,
+        }
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A frozen description of one way to compute a workload.
+
+    ``kind`` selects the renderer (``scheme``: a TTiLE scheme; ``baseline``: a library call); ``text`` is
+    the scheme or library name; ``options`` are code-generation switches (target ISA, hoisting, FMA...).
+    """
+
+    kind: str
+    text: str
+    options: tuple[tuple[str, object], ...] = field(default=())
+
+    @property
+    def key(self) -> str:
+        return content_hash({"kind": self.kind, "text": self.text, "options": dict(self.options)})
+
+    def option(self, name: str, default: object = None) -> object:
+        return dict(self.options).get(name, default)
+
+    def label(self) -> str:
+        extra = ",".join(f"{k}={v}" for k, v in self.options if k != "target")
+        return f"{self.text}" + (f" ({extra})" if extra else "")
+
+
+@dataclass(frozen=True)
+class KernelSource:
+    code: str
+    target: str  # ISA the code needs: "avx512", "avx2" or "any"
+    cflags: tuple[str, ...] = ()
+    libs: tuple[str, ...] = ()
+    workspace_bytes: int = 0
+
+    @property
+    def source_hash(self) -> str:
+        return content_hash({"code": self.code, "cflags": self.cflags, "libs": self.libs})
+
+
+def render(candidate: Candidate, workload: Workload) -> KernelSource:
+    """C source for ``candidate`` on ``workload`` (dispatch on the candidate kind)."""
+    if candidate.kind == "scheme":
+        from kernels.codegen import render_scheme
+
+        return render_scheme(candidate, workload)
+    if candidate.kind == "baseline":
+        from kernels.baselines import render_baseline
+
+        return render_baseline(candidate, workload)
+    raise ValueError(f"unknown candidate kind {candidate.kind!r}")

@@ -1,0 +1,423 @@
+"""The TTiLE scheme language (seed 000, chapter 3): atoms, parser, printer and legality rules.
+
+A scheme is a list of atoms written outermost first, e.g. ``[R_j, T_{4,i}, U_{6,i}, U_{2,j}, V_j]``.
+This module is the one place that knows the notation and the rules; an illegal scheme raises
+:class:`SchemeError`, whose message names the atom, its position, the dimension and the rule.
+
+Semantics chosen where the thesis is silent (recorded in docs/schemes.md):
+- every atom has a *footprint* on its dimension: ``V`` = vector lanes, ``T/U_{a}`` = a x footprint below,
+  ``R`` = the whole dimension, ``Texct/Tvar/Texctg_{a}`` = a elements, ``λ_seq`` = sum of r x a x below;
+- a loop atom iterates over its extent in steps of the footprint of the next atom on the same dimension;
+- an extent that is not a static multiple of that step gives the inner atom a variable extent
+  ``MIN(step, extent - index)``, which only ``Texct`` (at the domain border), ``Tvar`` and ``Texctg`` accept.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from math import gcd
+
+LOOP_KINDS = ("R", "T", "Texct", "Tvar", "Texctg", "lambda_seq")
+UNROLL_KINDS = ("U", "Ul")
+VAR_KINDS = ("Texct", "Tvar", "Texctg")  # atoms that accept a variable extent
+SIZED_KINDS = ("T", "U", "Texct", "Tvar", "Texctg")
+ALL_KINDS = ("R", "T", "U", "V", "Ul", "lambda_seq", "Texct", "Tvar", "Texctg", "ScalP")
+
+
+class SchemeError(ValueError):
+    """An unparsable or illegal scheme; ``rule`` is a short stable name for the rule broken."""
+
+    def __init__(self, rule: str, message: str, atom: Atom | None = None, position: int | None = None):
+        self.rule = rule
+        self.atom = atom
+        self.position = position
+        self.dim = atom.dim if atom is not None else None
+        where = ""
+        if atom is not None:
+            where = f"atom {atom.text()} at position {position}"
+            if atom.dim is not None:
+                where += f" (dimension {atom.dim})"
+            where += ": "
+        super().__init__(f"illegal scheme: {where}{message} [rule: {rule}]")
+
+
+@dataclass(frozen=True)
+class Atom:
+    kind: str
+    dim: str | None = None
+    size: int | None = None
+    seq: tuple[tuple[int, int], ...] = ()  # λ_seq: (repetitions, unroll factor) pairs
+    dims: tuple[str, ...] = ()  # ScalP
+
+    def text(self, ascii_only: bool = False) -> str:
+        lam = "lambda" if ascii_only else "λ"
+        if self.kind in ("R", "V"):
+            return f"{self.kind}_{self.dim}"
+        if self.kind == "Ul":
+            return f"U{'l' if ascii_only else 'λ'}_{self.dim}"
+        if self.kind == "lambda_seq":
+            pairs = ",".join(f"({r},{a})" for r, a in self.seq)
+            return f"{lam}_seq_{self.dim}.[{pairs}]"
+        if self.kind == "ScalP":
+            return f"ScalP[{','.join(self.dims)}]"
+        return f"{self.kind}_{{{self.size},{self.dim}}}"
+
+
+Scheme = tuple[Atom, ...]
+
+# -- parsing ---------------------------------------------------------------------------------------------
+_NAME = r"([A-Za-z][A-Za-z0-9]*)"
+_SIZED = re.compile(r"^(Texctg|Texct|Tvar|T|U)\s*_\s*\{\s*(-?\d+)\s*,\s*" + _NAME + r"\s*\}$")
+_PLAIN = re.compile(r"^(R|V|Uλ|Ulambda|Ul)\s*_\s*" + _NAME + r"$")
+_LAMBDA = re.compile(r"^(?:λ|lambda)_?seq\s*_\s*" + _NAME + r"\s*\.?\s*\[(.*)\]$")
+_PAIR = re.compile(r"\(\s*(-?\d+)\s*,\s*(-?\d+)\s*\)")
+_SCALP = re.compile(r"^(?:ScalP|Scalpromd)\s*\[(.*)\]$")
+
+
+def _split_top(text: str) -> list[str]:
+    """Split on ',' or ';' outside brackets."""
+    parts, depth, cur = [], 0, []
+    for ch in text:
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+            if depth < 0:
+                raise SchemeError("syntax", f"unbalanced '{ch}' in {text!r}")
+        if ch in ",;" and depth == 0:
+            parts.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    if depth != 0:
+        raise SchemeError("syntax", f"unbalanced brackets in {text!r}")
+    parts.append("".join(cur))
+    return [p.strip() for p in parts if p.strip()]
+
+
+def parse_atom(text: str) -> Atom:
+    t = text.strip()
+    if m := _SIZED.match(t):
+        return Atom(m.group(1), m.group(3), int(m.group(2)))
+    if m := _PLAIN.match(t):
+        kind = "Ul" if m.group(1) in ("Uλ", "Ulambda", "Ul") else m.group(1)
+        return Atom(kind, m.group(2))
+    if m := _LAMBDA.match(t):
+        body = m.group(2)
+        pairs = tuple((int(r), int(a)) for r, a in _PAIR.findall(body))
+        rest = _PAIR.sub("", body).replace(",", "").replace(";", "").strip()
+        if rest:
+            raise SchemeError("syntax", f"cannot read the λ_seq list {body!r} (expected [(r,a),(r,a),...])")
+        return Atom("lambda_seq", m.group(1), seq=pairs)
+    if m := _SCALP.match(t):
+        dims = tuple(d.strip() for d in re.split(r"[,;]", m.group(1)) if d.strip())
+        return Atom("ScalP", dims=dims)
+    raise SchemeError(
+        "syntax",
+        f"cannot read atom {t!r}; expected one of R_d, V_d, T_{{a,d}}, U_{{a,d}}, Uλ_d, "
+        "λ_seq_d.[(r,a),...], Texct_{a,d}, Tvar_{a,d}, Texctg_{a,d}, ScalP[d,...]",
+    )
+
+
+def _atom_from_mapping(item: Mapping[str, object]) -> Atom:
+    kind = str(item.get("kind", item.get("atom", "")))
+    kind = {"Uλ": "Ul", "Ulambda": "Ul", "λ_seq": "lambda_seq"}.get(kind, kind)
+    if kind not in ALL_KINDS:
+        raise SchemeError("syntax", f"unknown atom kind {kind!r} in {dict(item)!r}; known: {ALL_KINDS}")
+    size = item.get("size")
+    seq = tuple((int(r), int(a)) for r, a in item.get("seq", ()) or ())  # type: ignore[union-attr]
+    dims = tuple(str(d) for d in item.get("dims", ()) or ())  # type: ignore[union-attr]
+    dim = item.get("dim")
+    return Atom(kind, None if dim is None else str(dim), None if size is None else int(size), seq, dims)  # type: ignore[arg-type]
+
+
+def parse_scheme(spec: str | Sequence[object]) -> Scheme:
+    """Parse the thesis notation (``"[R_j, T_{4,i}, V_j]"``) or a YAML list of atom strings/mappings."""
+    if isinstance(spec, str):
+        text = spec.strip()
+        if text.startswith("[") and text.endswith("]"):
+            text = text[1:-1]
+        atoms = tuple(parse_atom(p) for p in _split_top(text))
+    else:
+        atoms = tuple(
+            _atom_from_mapping(item) if isinstance(item, Mapping) else parse_atom(str(item)) for item in spec
+        )
+    for pos, a in enumerate(atoms):
+        if a.kind in SIZED_KINDS and (a.size is None or a.size < 1):
+            raise SchemeError("positive-size", f"size must be a positive integer, got {a.size}", a, pos)
+        if a.kind == "lambda_seq":
+            if len(a.seq) < 2:
+                raise SchemeError(
+                    "lambda-seq", "λ_seq needs at least two (repetitions, factor) pairs", a, pos
+                )
+            if any(r < 1 or f < 1 for r, f in a.seq):
+                raise SchemeError("positive-size", "λ_seq repetitions and factors must be >= 1", a, pos)
+    return atoms
+
+
+def format_scheme(scheme: Iterable[Atom], ascii_only: bool = False) -> str:
+    return "[" + ", ".join(a.text(ascii_only) for a in scheme) + "]"
+
+
+def scheme_to_yaml(scheme: Iterable[Atom]) -> list[str]:
+    """The YAML list form: one atom string per item."""
+    return [a.text(ascii_only=True) for a in scheme]
+
+
+# -- legality and footprints -----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Analysis:
+    """What code generation needs from a legal scheme."""
+
+    scheme: Scheme
+    sizes: dict[str, int]
+    lanes: int
+    vector_dim: str | None
+    unroll_start: int  # index of the first atom of the unrolled suffix (U/Uλ/V)
+    scalp_position: int | None
+
+    def chain(self, dim: str) -> list[int]:
+        return [p for p, a in enumerate(self.scheme) if a.dim == dim]
+
+    def footprint(self, pos: int, binding: Mapping[str, int]) -> int:
+        """Elements of ``scheme[pos].dim`` covered by one instance of the tile rooted at ``pos``."""
+        a = self.scheme[pos]
+        below = self.step(pos, binding)
+        if a.kind == "V":
+            return self.lanes
+        if a.kind in ("T", "U"):
+            return a.size * below  # type: ignore[operator]
+        if a.kind == "Ul":
+            return binding[a.dim] * below  # type: ignore[index]
+        if a.kind == "lambda_seq":
+            return sum(r * f for r, f in a.seq) * below
+        if a.kind == "R":
+            return self.sizes[a.dim]  # type: ignore[index]
+        return a.size  # type: ignore[return-value]  # Texct / Tvar / Texctg
+
+    def step(self, pos: int, binding: Mapping[str, int]) -> int:
+        """Footprint of the next atom on the same dimension (1 if none): the loop step of ``pos``.
+
+        For λ_seq it is the tile under its Uλ; each branch then steps by its factor times that.
+        """
+        a = self.scheme[pos]
+        for q in range(pos + 1, len(self.scheme)):
+            if self.scheme[q].dim == a.dim and self.scheme[q].kind != "ScalP":
+                if a.kind == "lambda_seq":
+                    # λ_seq steps by the Uλ factor of the branch; its footprint uses the tile under Uλ
+                    return self.step(q, binding)
+                return self.footprint(q, binding)
+        return 1
+
+
+def _lambda_bindings(scheme: Scheme) -> list[dict[str, int]]:
+    """Every combination of λ factors (one binding per branch of the cartesian product)."""
+    combos: list[dict[str, int]] = [{}]
+    for a in scheme:
+        if a.kind == "lambda_seq":
+            combos = [{**c, a.dim: f} for c in combos for _, f in a.seq]  # type: ignore[dict-item]
+    return combos
+
+
+def analyze(
+    spec: str | Sequence[object] | Scheme,
+    dims: Sequence[str],
+    sizes: Mapping[str, int],
+    lanes: int,
+    stride1: Mapping[str, Sequence[str]],
+    output_dims: Sequence[str],
+) -> Analysis:
+    """Check every legality rule of thesis §3 and return what codegen needs.
+
+    ``stride1`` maps each dimension to the stride-1 dimension of every tensor that uses it (``None``
+    entries for tensors where it is not stride-1), so the V rule needs no operator import here.
+    """
+    scheme: Scheme = (
+        spec if isinstance(spec, tuple) and all(isinstance(a, Atom) for a in spec) else parse_scheme(spec)
+    )  # type: ignore[arg-type]
+    sizes = dict(sizes)
+    for pos, a in enumerate(scheme):
+        for d in (a.dim,) if a.kind != "ScalP" else a.dims:
+            if d not in dims:
+                raise SchemeError("unknown-dimension", f"dimension {d!r} is not one of {list(dims)}", a, pos)
+
+    # V: once, innermost, stride-1 in every tensor it touches
+    vpos = [p for p, a in enumerate(scheme) if a.kind == "V"]
+    if len(vpos) > 1:
+        raise SchemeError("single-V", "only one vectorization atom is allowed", scheme[vpos[1]], vpos[1])
+    if vpos and vpos[0] != len(scheme) - 1:
+        raise SchemeError(
+            "V-innermost", "vectorization must be the innermost (last) atom", scheme[vpos[0]], vpos[0]
+        )
+    vector_dim = scheme[vpos[0]].dim if vpos else None
+    if vector_dim is not None:
+        bad = [t for t, s1 in stride1.get(vector_dim, ()) if s1 != vector_dim]  # type: ignore[misc]
+        if bad:
+            raise SchemeError(
+                "V-stride1",
+                f"{vector_dim} is not the stride-1 (innermost) dimension of tensor(s) {bad}; "
+                "vectorize another dimension or pack/transpose",
+                scheme[vpos[0]],
+                vpos[0],
+            )
+
+    # unrolls form a suffix (optionally followed by V)
+    first_u = next((p for p, a in enumerate(scheme) if a.kind in UNROLL_KINDS), None)
+    unroll_start = first_u if first_u is not None else (vpos[0] if vpos else len(scheme))
+    for p in range(unroll_start, len(scheme)):
+        if scheme[p].kind not in (*UNROLL_KINDS, "V"):
+            raise SchemeError(
+                "unroll-innermost",
+                "unroll atoms must come last (only U, Uλ or V may follow an unroll)",
+                scheme[first_u],  # type: ignore[index]
+                first_u,
+            )
+
+    # per-dimension chains
+    for d in dims:
+        chain = [p for p, a in enumerate(scheme) if a.dim == d]
+        kinds = [scheme[p].kind for p in chain]
+        for i, p in enumerate(chain):
+            a = scheme[p]
+            if a.kind == "R" and i != 0:
+                rule = "R-once" if "R" in kinds[:i] else "R-outermost"
+                raise SchemeError(
+                    rule, "R must appear at most once per dimension, as its outermost atom", a, p
+                )
+            if a.kind in ("Texct", "Texctg") and (
+                i + 1 >= len(chain) or kinds[i + 1] not in ("Tvar", "Texctg")
+            ):
+                raise SchemeError(
+                    "texct-chain", f"the next atom on {d} must be Tvar_{{..,{d}}} or Texctg_{{..,{d}}}", a, p
+                )
+            if a.kind in ("Tvar", "Texctg") and (i == 0 or kinds[i - 1] not in ("Texct", "Texctg")):
+                raise SchemeError(
+                    "texct-chain", f"{a.kind} needs a Texct_{{..,{d}}} or Texctg above it on {d}", a, p
+                )
+            if a.kind == "lambda_seq":
+                if i + 1 >= len(chain) or kinds[i + 1] != "Ul":
+                    raise SchemeError(
+                        "lambda-pair", f"λ_seq_{d} must be followed on {d} by Uλ_{d} (nothing between)", a, p
+                    )
+                if kinds.count("lambda_seq") > 1:
+                    raise SchemeError("lambda-pair", f"at most one λ_seq per dimension ({d})", a, p)
+            if a.kind == "Ul" and (i == 0 or kinds[i - 1] != "lambda_seq"):
+                raise SchemeError("lambda-pair", f"Uλ_{d} needs λ_seq_{d} directly above it on {d}", a, p)
+
+    # ScalP: output accumulators promoted above loops on the listed (reduction) dimensions only
+    scalps = [p for p, a in enumerate(scheme) if a.kind == "ScalP"]
+    if len(scalps) > 1:
+        raise SchemeError("scalp-once", "at most one ScalP per scheme", scheme[scalps[1]], scalps[1])
+    scalp_position = scalps[0] if scalps else None
+    if scalp_position is not None:
+        a = scheme[scalp_position]
+        touched = [d for d in a.dims if d in output_dims]
+        if touched:
+            raise SchemeError(
+                "scalp-output",
+                f"the output is indexed by {touched}: it cannot be promoted out",
+                a,
+                scalp_position,
+            )
+        for q in range(scalp_position + 1, unroll_start):
+            if scheme[q].dim not in a.dims:
+                raise SchemeError(
+                    "scalp-scope",
+                    f"loop {scheme[q].text()} below ScalP is on {scheme[q].dim}, not one of {list(a.dims)}",
+                    a,
+                    scalp_position,
+                )
+
+    analysis = Analysis(scheme, sizes, lanes, vector_dim, unroll_start, scalp_position)
+    for binding in _lambda_bindings(scheme):
+        _check_extents(analysis, dims, binding)
+    return analysis
+
+
+def _check_extents(an: Analysis, dims: Sequence[str], binding: Mapping[str, int]) -> None:
+    """Coverage and granularity for one λ branch; divisibility is checked by the loop walk."""
+    scheme = an.scheme
+    for d in dims:
+        size = an.sizes[d]
+        chain = an.chain(d)
+        if not chain:
+            if size != 1:
+                raise SchemeError(
+                    "coverage", f"dimension {d} (size {size}) is not covered by any atom; add R_{d}"
+                )
+            continue
+        var_positions = [p for p in chain if scheme[p].kind in VAR_KINDS]
+        if var_positions:
+            gran = an.step(var_positions[-1], binding)
+            for p in var_positions:
+                if scheme[p].size % gran:  # type: ignore[operator]
+                    raise SchemeError(
+                        "granularity",
+                        f"size {scheme[p].size} is not a multiple of the tile below it on {d} ({gran})",
+                        scheme[p],
+                        p,
+                    )
+            if size % gran:
+                raise SchemeError(
+                    "granularity",
+                    f"the size of {d} ({size}) is not a multiple of the tile below it ({gran})",
+                    scheme[var_positions[0]],
+                    var_positions[0],
+                )
+        top = scheme[chain[0]]
+        fp = an.footprint(chain[0], binding)
+        if top.kind == "Texct" and fp < size:
+            raise SchemeError(
+                "coverage", f"footprint {fp} is smaller than {d} ({size}); add R_{d} above", top, chain[0]
+            )
+        if top.kind not in ("R", "Texct") and fp != size:
+            raise SchemeError(
+                "divisibility",
+                f"the atoms on {d} cover {fp} elements but the dimension has {size}; "
+                f"their sizes must multiply to {size} (or add R_{d})",
+                top,
+                chain[0],
+            )
+        walk_dim(an, d, binding)
+
+
+@dataclass(frozen=True)
+class LoopStep:
+    """How the loop of one atom runs: its step, and whether its inner atom gets a variable extent."""
+
+    step: int
+    child_variable: bool
+
+
+def walk_dim(an: Analysis, d: str, binding: Mapping[str, int]) -> dict[int, LoopStep]:
+    """Walk the loops on ``d`` outer -> inner; the one place deciding static vs ``MIN``-bounded extents.
+
+    An extent is ("exact", E) or ("var", m): a runtime value that is always a multiple of m.
+    """
+    scheme = an.scheme
+    chain = [p for p in an.chain(d) if scheme[p].kind not in (*UNROLL_KINDS, "V")]
+    plan: dict[int, LoopStep] = {}
+    exact, val = True, an.sizes[d]
+    for p in chain:
+        a = scheme[p]
+        step = an.step(p, binding)
+        if val % step == 0:
+            nxt_exact, nxt_val = True, step
+        else:
+            nxt_exact, nxt_val = False, gcd(val, step)
+        inner = [q for q in an.chain(d) if q > p]
+        child = scheme[inner[0]] if inner else None
+        if not nxt_exact and (child is None or child.kind not in VAR_KINDS):
+            what = f"the size of {d} ({val})" if exact else f"its variable extent on {d}"
+            raise SchemeError(
+                "divisibility",
+                f"{what} is not a multiple of the tile below ({step} elements) and the next atom "
+                f"{child.text() if child else '(none)'} has a fixed size; use Texct/Tvar for partial tiles",
+                a,
+                p,
+            )
+        plan[p] = LoopStep(step, not nxt_exact)
+        exact, val = nxt_exact, nxt_val
+    return plan

@@ -1,0 +1,243 @@
+"""Statistics and the HTML report, on small synthetic result rows."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from harness import analysis, report, store
+
+FLOPS = 2 * 128 * 128 * 128
+MACHINES = {
+    "fp-zen3": ("AMD EPYC 7B13", "avx2", 100.0, {"l1d": 32768, "l2": 524288, "l3": 33554432}),
+    "fp-emr": ("Intel Xeon Platinum 8581C", "avx512", 174.0, {"l1d": 49152, "l2": 2097152, "l3": 272629760}),
+}
+EVIL = "<script>alert(1)</script>"
+
+
+def make_row(
+    machine: str = "fp-zen3",
+    candidate: str = "k0",
+    label: str = "[U_{4,i}, V_j]",
+    times: list[float] | None = None,
+    status: str = "ok",
+    reason: str = "",
+    seed: int = 0,
+    experiment: str = "exp1",
+    workload: str = "mm128",
+    timing_mode: str = "hot",
+    kind: str = "scheme",
+) -> dict[str, Any]:
+    """A complete store row; failed rows get null timing columns as the schema requires."""
+    cpu, isa, peak, caches = MACHINES[machine]
+    row: dict[str, Any] = {
+        "experiment": experiment,
+        "candidate_key": candidate,
+        "candidate_kind": kind,
+        "candidate_text": label,
+        "candidate_options": "{}",
+        "label": label,
+        "workload": workload,
+        "op": "matmul",
+        "op_params": "{}",
+        "sizes": json.dumps({"i": 128, "j": 128, "k": 128}),
+        "flops": FLOPS,
+        "source_hash": f"src-{candidate}",
+        "target": isa,
+        "compiler": "gcc",
+        "compiler_version": "12.2.0",
+        "cflags": "-O3 -march=native",
+        "machine_fingerprint": machine,
+        "cpu_model": cpu,
+        "machine": json.dumps({"isa": isa, "caches": caches}),
+        "peak_gflops": peak,
+        "timing_mode": timing_mode,
+        "cold_method": "clflushopt" if timing_mode == "cold" else "",
+        "counter_backend": "clock_gettime",
+        "counters": "{}",
+        "counters_unavailable": json.dumps({"papi": "no PMU in VM", "perf_event": "EACCES"}),
+        "seed": seed,
+        "check_mode": "sampled",
+        "check_points": 1000,
+        "check_eps": 1e-4,
+        "check_max_err": 1e-7 if status == "ok" else 0.25,
+        "check_passed": status == "ok",
+        "status": status,
+        "reason": reason,
+        "timestamp": "2024-06-01T12:00:00+00:00",
+        "harness_version": "0.1.0",
+    }
+    if status == "ok":
+        row.update(
+            store.perf_fields(times or [50_000.0, 52_000.0, 51_000.0, 55_000.0, 50_500.0], FLOPS, peak)
+        )
+    else:
+        row.update(dict.fromkeys(store.PERF_COLUMNS))
+    return row
+
+
+def frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    """Rows as the store would return them (validated by the same code path)."""
+    tables = [store.validate_row(r) for r in rows]
+    return store._to_pandas(__import__("pyarrow").concat_tables(tables))
+
+
+def synthetic_rows() -> list[dict[str, Any]]:
+    rng = np.random.default_rng(1)
+    return [
+        make_row("fp-zen3", "k0", "[U_{4,i}, V_j]", list(rng.normal(60_000, 2_000, 12))),
+        make_row("fp-zen3", "k1", EVIL, list(rng.normal(45_000, 1_000, 8))),
+        make_row("fp-zen3", "kbad", "wrong-one", status="wrong", reason="max rel err 0.25 > 1e-4"),
+        make_row("fp-zen3", "kblas", "openblas", list(rng.normal(40_000, 500, 8)), kind="baseline"),
+        make_row("fp-zen3", "k0", "[U_{4,i}, V_j]", list(rng.normal(90_000, 3_000, 6)), timing_mode="cold"),
+        make_row("fp-emr", "k0", "[U_{4,i}, V_j]", list(rng.normal(30_000, 900, 10))),
+        make_row("fp-emr", "k1", EVIL, list(rng.normal(28_000, 700, 10))),
+        make_row("fp-emr", "kcrash", "crasher", status="crash", reason="SIGSEGV <in kernel>"),
+    ]
+
+
+# -- analysis ------------------------------------------------------------------------------------------
+
+
+def test_summary_ci_contains_median_and_is_nan_for_one_rep() -> None:
+    df = frame(
+        [
+            make_row(candidate="many", times=[100.0, 120.0, 90.0, 110.0, 95.0, 105.0, 130.0]),
+            make_row(candidate="one", times=[100.0]),
+        ]
+    )
+    s = analysis.summarize(df).set_index("candidate_key")
+    many = s.loc["many"]
+    assert many["median_ns"] == 105.0 and many["min_ns"] == 90.0 and many["n_reps"] == 7
+    assert many["median_ci_low_ns"] <= many["median_ns"] <= many["median_ci_high_ns"]
+    assert many["median_ci_low_ns"] < many["median_ci_high_ns"]
+    assert many["pct_peak_median_ci_low"] <= many["pct_peak_median"] <= many["pct_peak_median_ci_high"]
+    assert many["pct_peak_median"] == pytest.approx(100 * FLOPS / 105.0 / 100.0)
+    assert many["gflops_min"] == pytest.approx(FLOPS / 90.0)
+    assert many["cov"] == pytest.approx(
+        np.std([100, 120, 90, 110, 95, 105, 130], ddof=1) / np.mean([100, 120, 90, 110, 95, 105, 130])
+    )
+    one = s.loc["one"]
+    assert one["n_reps"] == 1 and one["median_ns"] == 100.0
+    assert math.isnan(one["median_ci_low_ns"]) and math.isnan(one["median_ci_high_ns"])
+    # fixed seed: same data, same CI
+    again = analysis.summarize(df).set_index("candidate_key").loc["many"]
+    assert again["median_ci_low_ns"] == many["median_ci_low_ns"]
+
+
+def test_wrong_rows_get_no_performance_but_are_counted() -> None:
+    df = frame(synthetic_rows())
+    s = analysis.summarize(df)
+    assert len(s) == 8  # every row is its own unit (the cold run of k0 is separate from the hot one)
+    bad = s[s["status"] != "ok"].set_index("candidate_key")
+    assert set(bad.index) == {"kbad", "kcrash"}
+    assert bad.loc["kbad", "status"] == "wrong" and "0.25" in bad.loc["kbad", "reason"]
+    perf = ["median_ns", "gflops_median", "pct_peak_median", "pct_peak_min", "median_ci_low_ns"]
+    assert bad[perf].isna().all().all()
+    assert (bad["n_reps"] == 0).all()
+    ok = s[s["status"] == "ok"]
+    assert ok[perf].notna().all().all()
+
+    reps = analysis.repetitions(df)
+    assert not reps["candidate_key"].isin(["kbad", "kcrash"]).any()
+    assert len(reps) == 12 + 8 + 8 + 6 + 10 + 10
+
+    c = analysis.counts(df).loc["exp1"]
+    assert (c["total"], c["ok"], c["wrong"], c["failed"]) == (8, 6, 1, 1)
+
+
+def test_unit_wrong_under_one_seed_is_wrong() -> None:
+    df = frame(
+        [
+            make_row(candidate="k", seed=0),
+            make_row(candidate="k", seed=1, status="wrong", reason="seed 1 mismatch"),
+        ]
+    )
+    line = analysis.summarize(df).iloc[0]
+    assert line["status"] == "wrong" and line["n_rows"] == 2 and math.isnan(line["median_ns"])
+    assert analysis.repetitions(df).empty
+
+
+def test_summaries_never_pool_machines() -> None:
+    s = analysis.summarize(frame(synthetic_rows()))
+    k0_hot = s[(s["candidate_key"] == "k0") & (s["timing_mode"] == "hot")]
+    assert sorted(k0_hot["machine_fingerprint"]) == ["fp-emr", "fp-zen3"]
+    emr = k0_hot.set_index("machine_fingerprint").loc["fp-emr"]
+    assert emr["peak_gflops"] == 174.0
+
+
+# -- report --------------------------------------------------------------------------------------------
+
+
+def test_build_report(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    for row in synthetic_rows():
+        store.write_row(results, row)
+    store.write_row(results, make_row(experiment="other", candidate="zz", label="not-selected"))
+    out = tmp_path / "report"
+    index = report.build_report(results, out, experiments=["exp1"])
+    assert index == out / "index.html"
+    html = index.read_text(encoding="utf-8")
+
+    # static page: CSS next to it, relative links that resolve
+    assert (out / "style.css").is_file()
+    assert 'href="style.css"' in html
+    links = re.findall(r'(?:src|href)="([^"#]+)"', html)
+    assert links and all(not link.startswith(("/", "http", "file:")) for link in links)
+    for link in links:
+        assert (out / link).is_file(), link
+
+    # one figure per machine, each plotting one machine only, without the failed candidates
+    pngs = sorted((out / "figures").glob("*.png"))
+    assert len(pngs) == 2
+    for png in pngs:
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert f"figures/{png.name}" in html
+        data = pd.read_csv(png.with_suffix(".csv"))
+        assert data["machine_fingerprint"].nunique() == 1
+        assert not data["candidate_key"].isin(["kbad", "kcrash"]).any()
+        assert "wrong-one" not in set(data["label"]) and "crasher" not in set(data["label"])
+        assert (data["pct_peak"] > 0).all()
+
+    # both machines shown apart
+    for fp, (cpu, _, peak, _) in MACHINES.items():
+        assert fp in html and cpu in html
+        assert f"{peak:.1f} GFLOP/s" in html
+    assert html.count('class="machine"') == 2
+    assert html.count('class="per-machine"') == 2
+
+    # failures listed with status and escaped reason
+    failed = html.split("<h3>Failed candidates</h3>")[1].split("<h3>Provenance</h3>")[0]
+    assert "wrong-one" in failed and "crasher" in failed
+    assert "SIGSEGV &lt;in kernel&gt;" in failed and "max rel err 0.25" in failed
+
+    # provenance
+    assert "clock_gettime" in html and "no PMU in VM" in html and "clflushopt" in html
+    assert "src-k0" in html
+
+    # escaping: the label never appears raw
+    assert EVIL not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    # experiment filter
+    assert "not-selected" not in html
+
+
+def test_report_empty_store(tmp_path: Path) -> None:
+    index = report.build_report(tmp_path / "nothing", tmp_path / "out")
+    assert "No results stored" in index.read_text(encoding="utf-8")
+
+
+def test_same_label_different_targets_are_told_apart() -> None:
+    a = make_row(machine="fp-emr", candidate="ka")
+    b = make_row(machine="fp-emr", candidate="kb")
+    b["target"] = "avx2"
+    names = report._display_labels(analysis.summarize(frame([a, b])))
+    assert names[("exp1", "ka")] != names[("exp1", "kb")]
+    assert names[("exp1", "kb")].endswith("[avx2]")

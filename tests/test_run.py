@@ -1,0 +1,186 @@
+"""The measurement driver: correct output, hot/cold timing, and every failure mode as a RunResult."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from harness import run as run_mod
+from harness.build import CompilerConfig, build
+from harness.machine import detect
+from harness.run import RunLimits, RunResult, TimingConfig, run_kernel
+from kernels.candidate import KernelSource
+
+M, N, K = 24, 40, 17  # odd sizes: an indexing bug cannot hide behind symmetry
+
+MATMUL = f"""
+int kernel(float *const *t, void *ws) {{
+    (void)ws;
+    float *C = t[0];
+    const float *A = t[1], *B = t[2];
+    for (int i = 0; i < {M}; i++)
+        for (int j = 0; j < {N}; j++)
+            for (int k = 0; k < {K}; k++) C[i * {N} + j] += A[i * {K} + k] * B[k * {N} + j];
+    return 0;
+}}
+"""
+
+FAST = dict(warmup=1, min_reps=5, max_reps=20, rel_ci=1.0, max_seconds=5.0)
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("cache")
+
+
+@pytest.fixture(autouse=True)
+def private_tmp_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Each test's tensor files in its own directory, so leftovers are visible and never shared."""
+    root = tmp_path / "shm"
+    root.mkdir()
+    monkeypatch.setattr(run_mod, "TMP_ROOT", root)
+    return root
+
+
+def _so(code: str, cache: Path, target: str = "avx2") -> Path:
+    res = build(KernelSource(code, target), CompilerConfig(), cache)
+    assert res.ok and res.so_path is not None, res.error
+    return res.so_path
+
+
+def _matmul_inputs(seed: int = 0) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(s, dtype=np.float32) for s in ((M, N), (M, K), (K, N))]
+
+
+def _run(code: str, cache: Path, tensors: list[np.ndarray] | None = None, **kw: object) -> RunResult:
+    timing = kw.pop("timing", TimingConfig(**FAST))
+    return run_kernel(_so(code, cache), tensors or [np.zeros(16, np.float32)], 0, timing,
+                      workdir=cache, **kw)  # type: ignore[arg-type]  # fmt: skip
+
+
+def test_matmul_output_matches_numpy(cache: Path, private_tmp_root: Path) -> None:
+    c, a, b = _matmul_inputs()
+    res = run_kernel(_so(MATMUL, cache), [c, a, b], 0, TimingConfig(**FAST), workdir=cache)
+    assert res.status == "ok", res.reason
+    assert res.output is not None and res.output.shape == (M, N)
+    expected = c.astype(np.float64) + a.astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_allclose(res.output, expected, rtol=1e-4, atol=1e-4)
+    # The inputs of the caller are untouched: the kernel ran on the driver's copies.
+    assert np.array_equal(c, _matmul_inputs()[0])
+    assert not any(private_tmp_root.iterdir()), "temporary tensor files left behind"
+
+
+@pytest.mark.parametrize(
+    ("mode", "method"), [("hot", "clflushopt"), ("cold", "clflushopt"), ("cold", "sweep")]
+)
+def test_modes_time_at_least_min_reps(cache: Path, mode: str, method: str) -> None:
+    timing = TimingConfig(mode=mode, cold_method=method, flush_bytes=4 << 20, **FAST)  # type: ignore[arg-type]
+    res = run_kernel(_so(MATMUL, cache), _matmul_inputs(), 0, timing, workdir=cache)
+    assert res.status == "ok", res.reason
+    assert res.n_reps == len(res.times_ns) == len(res.tsc) >= timing.min_reps
+    assert all(t > 0 for t in res.times_ns) and all(t > 0 for t in res.tsc)
+    assert res.tsc_hz is not None and 1e8 < res.tsc_hz < 1e10
+    if mode == "hot":
+        assert res.cold_method == "none"
+    else:
+        assert res.cold_method == method or (method == "clflushopt" and res.cold_method == "clflush")
+
+
+def test_stopping_rule_is_bounded(cache: Path) -> None:
+    never_precise = TimingConfig(warmup=0, min_reps=2, max_reps=7, rel_ci=0.0, max_seconds=30.0)
+    res = _run(MATMUL, cache, _matmul_inputs(), timing=never_precise)
+    assert res.status == "ok" and res.n_reps == 7
+    out_of_time = TimingConfig(warmup=0, min_reps=1000, max_reps=10**6, rel_ci=0.0, max_seconds=0.2)
+    res = _run("#include <unistd.h>\nint kernel(float *const *t, void *w) { usleep(20000); return 0; }",
+               cache, timing=out_of_time)  # fmt: skip
+    assert res.status == "ok" and 1 <= res.n_reps < 50
+
+
+def test_tensors_and_workspace_are_aligned(cache: Path) -> None:
+    code = """
+    #include <stdint.h>
+    #include <string.h>
+    int kernel(float *const *t, void *ws) {
+        for (int i = 0; i < 3; i++) if ((uintptr_t)t[i] % 1024) return 2;
+        if (!ws || (uintptr_t)ws % 1024) return 3;
+        memset(ws, 0xff, 100000);
+        t[0][0] = 42.0f;
+        return 0;
+    }
+    """
+    tensors = [np.zeros(3, np.float32), np.zeros(5, np.float32), np.zeros(7, np.float32)]
+    res = run_kernel(_so(code, cache), tensors, 100000, TimingConfig(**FAST), workdir=cache)
+    assert res.status == "ok", res.reason
+    assert res.output is not None and res.output[0] == 42.0
+
+
+def test_segfault_is_a_crash(cache: Path, private_tmp_root: Path) -> None:
+    res = _run("int kernel(float *const *t, void *w) { *(volatile int *)0 = 1; return 0; }", cache)
+    assert res.status == "crash" and "SIGSEGV" in res.reason
+    assert res.output is None
+    assert not any(private_tmp_root.iterdir()), "temporary tensor files left behind"
+
+
+def test_hang_is_a_timeout(cache: Path) -> None:
+    code = "int kernel(float *const *t, void *w) { volatile int x = 0; for (;;) x++; return 0; }"
+    res = _run(code, cache, limits=RunLimits(timeout_s=2))
+    assert res.status == "timeout" and "2s" in res.reason
+
+
+def test_nonzero_return_is_a_kernel_error(cache: Path) -> None:
+    res = _run("int kernel(float *const *t, void *w) { return 1; }", cache)
+    assert res.status == "kernel_error" and "1" in res.reason and res.output is None
+
+
+def test_memory_limit_applies(cache: Path) -> None:
+    code = """
+    #include <stdlib.h>
+    int kernel(float *const *t, void *w) { return malloc((size_t)2 << 30) == NULL; }
+    """
+    assert _run(code, cache).status == "ok"
+    res = _run(code, cache, limits=RunLimits(memory_bytes=512 << 20))
+    assert res.status == "kernel_error"
+
+
+def test_missing_library_is_an_error(cache: Path, tmp_path: Path) -> None:
+    res = run_kernel(tmp_path / "nope.so", [np.zeros(4, np.float32)], 0, TimingConfig(**FAST), workdir=cache)
+    assert res.status == "error" and "dlopen" in res.reason
+
+
+@pytest.mark.parametrize("counters", [["perf_event"], ["papi", "perf_event"]])
+def test_counters_present_or_explained(cache: Path, counters: list[str]) -> None:
+    """Passes with or without a PMU: either the counters are there, or every tried backend says why."""
+    res = _run(MATMUL, cache, _matmul_inputs(), counters=counters)
+    assert res.status == "ok", res.reason
+    if res.counter_backend == "none":
+        assert res.counters == {}
+        assert list(res.counters_unavailable) == counters
+        assert all(reason.strip() for reason in res.counters_unavailable.values())
+    else:
+        assert res.counter_backend in counters
+        assert len(res.counters["cycles"]) == len(res.counters["instructions"]) == res.n_reps
+        assert all(c > 0 for c in res.counters["cycles"])
+        assert set(res.counters_unavailable) == set(counters[: counters.index(res.counter_backend)])
+
+
+def test_avx512_kernel_runs_where_supported(cache: Path) -> None:
+    code = """
+    #include <immintrin.h>
+    int kernel(float *const *t, void *ws) {
+        (void)ws;
+        __m512 x = _mm512_load_ps(t[1]);
+        _mm512_store_ps(t[0], _mm512_fmadd_ps(x, x, _mm512_load_ps(t[0])));
+        return 0;
+    }
+    """
+    so = _so(code, cache, target="avx512")  # building needs no AVX-512, only running does
+    if "avx512" not in detect().isas:
+        pytest.skip(f"CPU {detect().model_name!r} cannot execute AVX-512 (isas: {detect().isas})")
+    x = np.arange(16, dtype=np.float32)
+    res = run_kernel(so, [np.ones(16, np.float32), x], 0, TimingConfig(warmup=0, min_reps=1, max_reps=1),
+                     workdir=cache)  # fmt: skip
+    assert res.status == "ok", res.reason
+    np.testing.assert_array_equal(res.output, 1 + x * x)

@@ -1,0 +1,228 @@
+"""Result store: schema validation, round trip, atomic writes that survive a killed writer."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+from harness import store
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def make_row(**overrides: Any) -> dict[str, Any]:
+    """A complete, valid ok row; keyword arguments replace columns."""
+    times = overrides.pop("times_ns", [1000.0, 1100.0, 1050.0, 990.0])
+    flops = 2 * 64 * 64 * 64
+    peak = 100.0
+    row: dict[str, Any] = {
+        "experiment": "exp1",
+        "candidate_key": "k0",
+        "candidate_kind": "scheme",
+        "candidate_text": "[U_{4,i}, V_j]",
+        "candidate_options": json.dumps({"target": "avx2"}),
+        "label": "[U_{4,i}, V_j]",
+        "workload": "mm64",
+        "op": "matmul",
+        "op_params": "{}",
+        "sizes": json.dumps({"i": 64, "j": 64, "k": 64}),
+        "flops": flops,
+        "source_hash": "abc123",
+        "target": "avx2",
+        "compiler": "gcc",
+        "compiler_version": "12.2.0",
+        "cflags": "-O3 -mavx2 -mfma",
+        "machine_fingerprint": "fpA",
+        "cpu_model": "AMD EPYC",
+        "machine": json.dumps({"isa": "avx2", "caches": {"l1d": 32768}}),
+        "peak_gflops": peak,
+        "timing_mode": "hot",
+        "cold_method": "",
+        "counter_backend": "clock_gettime",
+        "counters": json.dumps({"cycles": [1, 2, 3, 4]}),
+        "counters_unavailable": json.dumps({"papi": "no PMU"}),
+        "seed": 0,
+        "check_mode": "sampled",
+        "check_points": 1000,
+        "check_eps": 1e-4,
+        "check_max_err": 1e-6,
+        "check_passed": True,
+        "status": "ok",
+        "reason": "",
+        "timestamp": "2024-06-01T12:00:00+00:00",
+        "harness_version": "0.1.0",
+    }
+    row.update(store.perf_fields(times, flops, peak, rel_ci=0.01))
+    row.update(overrides)
+    return row
+
+
+def failed_row(
+    status: str = "wrong", reason: str = "max rel err 0.5 > 1e-4", **overrides: Any
+) -> dict[str, Any]:
+    row = make_row(status=status, reason=reason, check_passed=status != "wrong", **overrides)
+    row.update(dict.fromkeys(store.PERF_COLUMNS))
+    return row
+
+
+def test_columns_document_every_field() -> None:
+    assert list(store.COLUMNS)[:2] == ["experiment", "candidate_key"]
+    assert store.COLUMNS["times_ns"][0] == pa.list_(pa.float64())
+    assert all(desc for _, desc in store.COLUMNS.values())
+    assert store.SCHEMA.names == list(store.COLUMNS)
+    assert set(make_row()) == set(store.COLUMNS)
+
+
+def test_missing_and_unknown_columns_are_named(tmp_path: Path) -> None:
+    row = make_row()
+    del row["cflags"]
+    row["bogus"] = 1
+    with pytest.raises(ValueError, match="missing columns: cflags") as err:
+        store.write_row(tmp_path, row)
+    assert "unknown columns: bogus" in str(err.value)
+    assert store.row_files(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    ("column", "value", "message"),
+    [
+        ("flops", "many", "column flops"),
+        ("status", "fast", "column status"),
+        ("timing_mode", "warm", "column timing_mode"),
+        ("machine", "{not json", "column machine: not valid JSON"),
+        ("experiment", "../escape", "not a safe file name"),
+        ("seed", None, "must not be null: seed"),
+        ("n_reps", 7, "n_reps=7"),
+    ],
+)
+def test_bad_values_rejected(tmp_path: Path, column: str, value: Any, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        store.write_row(tmp_path, make_row(**{column: value}))
+
+
+def test_failed_row_must_not_carry_timings(tmp_path: Path) -> None:
+    row = make_row(status="crash", reason="SIGSEGV")
+    with pytest.raises(ValueError, match="timing columns must be null: .*times_ns"):
+        store.write_row(tmp_path, row)
+    store.write_row(tmp_path, failed_row("crash", "SIGSEGV"))
+
+
+def test_round_trip_with_list_column(tmp_path: Path) -> None:
+    times = [1234.5, 1200.25, 1300.0, 1250.0, 1199.0]
+    ok = make_row(times_ns=times)
+    bad = failed_row(candidate_key="k1", label="broken")
+    p_ok = store.write_row(tmp_path, ok)
+    store.write_row(tmp_path, bad)
+    store.write_row(tmp_path, make_row(experiment="exp2"))
+
+    rid = store.row_id("exp1", "k0", "mm64", "hot", 0, "fpA")
+    assert p_ok == tmp_path / "rows" / "exp1" / f"{rid}.parquet"
+    assert store.has_row(tmp_path, "exp1", rid)
+    assert not store.has_row(tmp_path, "exp2", rid)
+
+    df = store.load(tmp_path, "exp1")
+    assert list(df.columns) == list(store.COLUMNS)
+    assert len(df) == 2
+    got = df.set_index("candidate_key")
+    np.testing.assert_array_equal(np.asarray(got.loc["k0", "times_ns"]), times)
+    assert got.loc["k0", "n_reps"] == 5
+    assert got.loc["k0", "median_ns"] == pytest.approx(1234.5)
+    assert got.loc["k0", "gflops_median"] == pytest.approx(ok["flops"] / 1234.5)
+    assert got.loc["k0", "pct_peak_median"] == pytest.approx(100 * ok["flops"] / 1234.5 / 100.0)
+    assert json.loads(got.loc["k0", "counters"]) == {"cycles": [1, 2, 3, 4]}
+    assert bool(got.loc["k0", "check_passed"]) is True
+    # failed row: timing columns null, nullable integers stay integers
+    assert got.loc["k1", "status"] == "wrong"
+    assert pd.isna(got.loc["k1", "n_reps"]) and pd.isna(got.loc["k1", "median_ns"])
+    assert got.loc["k1", "times_ns"] is None
+    assert str(df["n_reps"].dtype) == "Int64"
+
+    assert len(store.load(tmp_path)) == 3
+    assert set(store.load(tmp_path)["experiment"]) == {"exp1", "exp2"}
+
+
+def test_rewrite_replaces_row(tmp_path: Path) -> None:
+    store.write_row(tmp_path, make_row(times_ns=[5.0, 6.0, 7.0]))
+    store.write_row(tmp_path, make_row(times_ns=[1.0, 2.0, 3.0]))
+    df = store.load(tmp_path)
+    assert len(df) == 1 and df.loc[0, "min_ns"] == 1.0
+
+
+def test_load_empty_has_schema(tmp_path: Path) -> None:
+    df = store.load(tmp_path)
+    assert df.empty and list(df.columns) == list(store.COLUMNS)
+    assert store.load(tmp_path, "nothing").empty
+
+
+def test_row_id_is_stable_and_discriminating() -> None:
+    a = store.row_id("e", "k", "w", "hot", 1, "m")
+    assert a == store.row_id("e", "k", "w", "hot", 1, "m")
+    assert (
+        len(
+            {
+                a,
+                store.row_id("e", "k", "w", "cold", 1, "m"),
+                store.row_id("e", "k", "w", "hot", 2, "m"),
+                store.row_id("e", "k", "w", "hot", 1, "m2"),
+                store.row_id("e", "kw", "", "hot", 1, "m"),
+            }
+        )
+        == 5
+    )
+
+
+def test_failed_replace_leaves_no_partial_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store.write_row(tmp_path, make_row(candidate_key="before"))
+
+    def boom(src: str, dst: str) -> None:
+        raise OSError("disk vanished")
+
+    monkeypatch.setattr(store.os, "replace", boom)
+    with pytest.raises(OSError, match="disk vanished"):
+        store.write_row(tmp_path, make_row(candidate_key="during"))
+    monkeypatch.undo()
+
+    exp_dir = tmp_path / "rows" / "exp1"
+    rid = store.row_id("exp1", "during", "mm64", "hot", 0, "fpA")
+    assert not store.has_row(tmp_path, "exp1", rid)
+    assert sorted(p.name for p in exp_dir.iterdir()) == [p.name for p in store.row_files(tmp_path)]
+    assert list(store.load(tmp_path)["candidate_key"]) == ["before"]
+
+
+def test_kill_9_during_write_leaves_store_readable(tmp_path: Path) -> None:
+    """A writer SIGKILLed after writing the temp file but before the rename leaves only a stray temp file."""
+    store.write_row(tmp_path, make_row(candidate_key="before"))
+    child = textwrap.dedent(
+        f"""
+        import os, signal, sys
+        sys.path.insert(0, {str(ROOT)!r})
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        from test_store import make_row
+        from harness import store
+        real_fsync = os.fsync
+        def fsync_then_die(fd):
+            real_fsync(fd)
+            os.kill(os.getpid(), signal.SIGKILL)
+        store.os.fsync = fsync_then_die
+        store.write_row({str(tmp_path)!r}, make_row(candidate_key="killed"))
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == -9, proc.stderr
+    exp_dir = tmp_path / "rows" / "exp1"
+    leftovers = [p for p in exp_dir.iterdir() if not p.name.endswith(".parquet")]
+    assert leftovers, "the killed writer should have left its temp file behind"
+    assert not store.has_row(tmp_path, "exp1", store.row_id("exp1", "killed", "mm64", "hot", 0, "fpA"))
+    assert list(store.load(tmp_path)["candidate_key"]) == ["before"]
+    # a rerun writes the row normally despite the leftover
+    store.write_row(tmp_path, make_row(candidate_key="killed"))
+    assert sorted(store.load(tmp_path)["candidate_key"]) == ["before", "killed"]
