@@ -18,7 +18,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-CONF_DIR = Path(os.environ.get("HARNESS_CONF", Path(__file__).resolve().parent.parent / "conf"))
+ROOT = Path(__file__).resolve().parent.parent
+CONF_DIR = Path(os.environ.get("HARNESS_CONF", ROOT / "conf"))
+SWEEPS_DIR = ROOT / "sweeps"  # multirun presets: `harness run -m +sweeps=NAME`
 COMMANDS = ("run", "show", "calibrate", "report")
 
 
@@ -155,7 +157,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(0 if argv and argv[0] in ("-h", "--help") else 2)
     command, rest = argv[0], argv[1:]
     if command in ("run", "show"):
-        sys.argv = [f"harness {command}", *quote_schemes(rest)]
+        sys.argv = [f"harness {command}", *quote_schemes(rest), f"hydra.searchpath=[file://{ROOT}]"]
         _hydra_main(command)
         return
     parser = argparse.ArgumentParser(prog=f"harness {command}")

@@ -39,10 +39,11 @@ class Experiment:
     limits: RunLimits = field(default_factory=RunLimits)
     seed: int = 0
     results_dir: Path = Path("results")
+    cache_root: Path | None = None  # compiled kernels, driver, calibration; default results_dir/cache
 
     @property
     def cache_dir(self) -> Path:
-        return self.results_dir / "cache"
+        return self.cache_root or self.results_dir / "cache"
 
 
 def _base_row(exp: Experiment, cand: Candidate, m: machine_mod.Machine) -> dict[str, Any]:

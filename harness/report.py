@@ -334,6 +334,18 @@ def _bytes_text(value: Any) -> str:
 _CACHE_KEY = re.compile(r"(cache|^l[1-4]|\.l[1-4]|llc)", re.IGNORECASE)
 
 
+def _cache_lines(info: dict[str, Any]) -> list[tuple[str, str]]:
+    """``L1d: 32 KiB, 8-way`` lines from harness.machine's cache list (empty if the shape differs)."""
+    out = []
+    for c in info.get("caches") or []:
+        if not isinstance(c, dict) or "level" not in c or "size_bytes" not in c:
+            return []
+        kind = {"Data": "d", "Instruction": "i"}.get(str(c.get("type")), "")
+        ways = f", {c['ways']}-way" if c.get("ways") else ""
+        out.append((f"L{c['level']}{kind}", f"{_bytes_text(c['size_bytes'])}{ways}"))
+    return out
+
+
 def _machines(df: pd.DataFrame) -> list[dict[str, Any]]:
     """One entry per machine fingerprint: CPU, ISA, calibrated peaks per ISA, caches, all details."""
     out = []
@@ -348,15 +360,15 @@ def _machines(df: pd.DataFrame) -> list[dict[str, Any]]:
         if not isinstance(info, dict):
             info = {"machine": info}
         flat = _flatten(info)
-        isa = info.get("isa")
+        isa = info.get("isas", info.get("isa"))
         if isinstance(isa, list):
             isa = ", ".join(map(str, isa))
         if not isa:
             isa = ", ".join(sorted(t for t in rows["target"].dropna().unique() if t != "any"))
-        peaks = (
-            rows.dropna(subset=["peak_gflops"]).groupby("target")["peak_gflops"].median().sort_index().items()
-        )
-        caches = [(k, _bytes_text(v)) for k, v in flat if _CACHE_KEY.search(k)]
+        # library calls ("any") are measured against the best ISA's peak: list each ISA's peak once
+        isa_rows = rows[rows["target"] != "any"].dropna(subset=["peak_gflops"])
+        peaks = isa_rows.groupby("target")["peak_gflops"].median().sort_index().items()
+        caches = _cache_lines(info) or [(k, _bytes_text(v)) for k, v in flat if _CACHE_KEY.search(k)]
         cpu = rows["cpu_model"].dropna()
         out.append(
             {

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from kernels.operators import Operator, make_operator
 
 TARGETS = ("avx512", "avx2")
+DEFAULT_OPTIONS: dict[str, object] = {"hoist": True, "fma": True}
 
 
 def content_hash(obj: object, n: int = 16) -> str:
@@ -76,7 +77,8 @@ class Candidate:
         return dict(self.options).get(name, default)
 
     def label(self) -> str:
-        extra = ",".join(f"{k}={v}" for k, v in self.options if k != "target")
+        """The text plus the options that differ from the code generator's defaults."""
+        extra = ",".join(f"{k}={v}" for k, v in self.options if k != "target" and DEFAULT_OPTIONS.get(k) != v)
         return f"{self.text}" + (f" ({extra})" if extra else "")
 
 

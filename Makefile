@@ -1,0 +1,46 @@
+# The two commands of the README: `make quick` (set up everything, run the quick reproduction) and `make test`.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+APT_PACKAGES := gcc libopenblas-dev libpapi-dev
+JOBS ?= 2
+
+.PHONY: setup quick full test lint clean-results
+
+# Idempotent: Debian packages when run as root, a virtual environment, the project (editable) with its
+# dev tools, and MKL from PyPI for the vendor baseline.
+setup: $(VENV)/.setup-done
+
+$(VENV)/.setup-done: pyproject.toml
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  missing=$$(for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	  if [ -n "$$missing" ]; then \
+	    echo "installing Debian packages: $$missing"; \
+	    DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	  fi; \
+	else echo "not root: skipping Debian packages ($(APT_PACKAGES)); missing baselines are reported as unavailable"; fi
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -e '.[dev]'
+	$(PIP) install -q mkl || echo "mkl not installable here: the MKL baseline will be reported as unavailable"
+	touch $@
+
+# The quick reproduction: a handful of matmul and conv schemes plus library baselines, then the report.
+quick: setup
+	$(VENV)/bin/snakemake quick --cores $(JOBS) --resources machine=1
+	@echo "report: $$(pwd)/results/report/index.html"
+
+full: setup
+	$(VENV)/bin/snakemake all --cores $(JOBS) --resources machine=1 --config profile=full
+
+test: setup
+	$(VENV)/bin/pytest
+
+lint: setup
+	$(VENV)/bin/ruff check harness kernels tests
+	$(VENV)/bin/ruff format --check harness kernels tests
+
+clean-results:
+	rm -rf results/rows results/report results/done

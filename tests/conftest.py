@@ -1,0 +1,51 @@
+"""Shared test helpers: run a candidate through the real pipeline (render, build, driver, check)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.check import CheckConfig
+from harness.experiment import Experiment, run_experiment
+from harness.machine import detect
+from harness.run import TimingConfig
+from kernels.candidate import Candidate, Workload
+
+FAST_TIMING = TimingConfig(mode="hot", warmup=0, min_reps=1, max_reps=1, max_seconds=1.0)
+HOST_TARGET = detect().best_isa or "avx2"
+
+
+@pytest.fixture(scope="session")
+def shared_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One cache per test session, so the driver, calibration and identical kernels are built once."""
+    return tmp_path_factory.mktemp("cache")
+
+
+def run_candidates(
+    candidates: list[Candidate],
+    workload: Workload,
+    results_dir: Path,
+    cache_dir: Path | None = None,
+    check: CheckConfig | None = None,
+    timing: TimingConfig = FAST_TIMING,
+    name: str = "test",
+    seed: int = 0,
+) -> list[dict[str, Any]]:
+    """Rows of a one-off experiment (one timed repetition); use a fresh ``results_dir`` per call."""
+    exp = Experiment(
+        name,
+        workload,
+        candidates,
+        timing=timing,
+        check=check or CheckConfig(),
+        seed=seed,
+        results_dir=results_dir,
+        cache_root=cache_dir,
+    )
+    return run_experiment(exp, progress=lambda _msg: None)
+
+
+def scheme(text: str, target: str = HOST_TARGET, **options: object) -> Candidate:
+    return Candidate("scheme", text, tuple(sorted({"target": target, **options}.items())))
