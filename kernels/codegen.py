@@ -314,11 +314,7 @@ def generate(
 def render_scheme(candidate: Candidate, workload: Workload) -> KernelSource:
     target = get_target(str(candidate.option("target", "avx2")))
     an = analyze_for(candidate.text, workload, target)
-    code = generate(
-        an,
-        workload,
-        target,
-        hoist=bool(candidate.option("hoist", True)),
-        fma=bool(candidate.option("fma", True)),
-    )
-    return KernelSource(code=code, target=target.name)
+    fma = bool(candidate.option("fma", True))
+    code = generate(an, workload, target, hoist=bool(candidate.option("hoist", True)), fma=fma)
+    # without FMA emission gcc would fuse the mul + add again (-ffp-contract=fast is its C default)
+    return KernelSource(code=code, target=target.name, cflags=() if fma else ("-ffp-contract=off",))
