@@ -183,5 +183,5 @@ def main(argv: list[str] | None = None) -> None:
     print(out)
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # python -m harness.cli
     main()

@@ -40,6 +40,7 @@ class TimingConfig:
     rel_ci: float = 0.02  # stop when the 95% CI half-width of the mean is within this fraction of it
     max_seconds: float = 5.0
     cpu: int | None = None  # None: the last CPU this process may use (CPU 0 takes most interrupts)
+    align: int = ALIGN  # bytes of alignment of every tensor and the workspace
 
 
 @dataclass(frozen=True)
@@ -142,7 +143,7 @@ def run_kernel(
             cmd += ["--tensor", f"{path}:{a.size}"]
         out_path = Path(tmp) / "out.bin"
         cmd += [
-            "--out", str(out_path), "--ws", str(workspace_bytes), "--align", str(ALIGN),
+            "--out", str(out_path), "--ws", str(workspace_bytes), "--align", str(timing.align),
             "--mode", timing.mode, "--cold-method", timing.cold_method, "--flush-bytes", str(flush_bytes),
             "--warmup", str(timing.warmup), "--min-reps", str(timing.min_reps),
             "--max-reps", str(timing.max_reps), "--rel-ci", repr(timing.rel_ci),

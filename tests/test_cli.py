@@ -1,0 +1,166 @@
+"""The `harness` command and the workflow: what a user types, end to end."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from harness import store
+
+ROOT = Path(__file__).resolve().parent.parent
+HARNESS = [sys.executable, "-m", "harness.cli"]
+FAST = ["timing.warmup=0", "timing.min_reps=2", "timing.max_reps=3"]
+
+
+def harness(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*HARNESS, *args], capture_output=True, text=True, cwd=cwd, timeout=300, check=False
+    )
+
+
+def test_show_prints_the_generated_c(tmp_path: Path) -> None:
+    out = harness(
+        "show",
+        "workload=matmul_small",
+        "scheme=[R_j, R_i, T_{32,k}, U_{6,i}, U_{2,j}, V_j]",
+        f"results_dir={tmp_path}",
+    )
+    assert out.returncode == 0, out.stderr
+    assert "int kernel(float *const *tensors, void *workspace)" in out.stdout
+    assert "fmadd_ps" in out.stdout
+    assert "[R_j, R_i, T_{32,k}, U_{6,i}, U_{2,j}, V_j]" in out.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["scheme=[R_i, T_{5,k}, V_j]"], "rule: divisibility"),
+        (["scheme=[R_i, R_j, Q_k]"], "rule: syntax"),
+        (["scheme=[R_i, R_j, R_k, V_i]"], "rule: V-stride1"),
+        (["workload.sizes.i=0", "scheme=[R_i, R_j, R_k]"], "must be a positive integer"),
+        (["workload.sizes.i=-3", "scheme=[R_i, R_j, R_k]"], "must be a positive integer"),
+        (["target=neon", "scheme=[R_i, R_j, R_k]"], "target must be"),
+        (["op.name=winograd"], "unknown operator"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(tmp_path: Path, args: list[str], needle: str) -> None:
+    out = harness("run", "workload=matmul_small", *args, f"results_dir={tmp_path}")
+    assert out.returncode == 2, (out.returncode, out.stderr)
+    lines = [ln for ln in out.stderr.splitlines() if ln.startswith("harness: error:")]
+    assert len(lines) == 1 and needle in lines[0], out.stderr
+    assert not (tmp_path / "rows").exists()
+
+
+def test_run_stores_checked_rows_and_resumes(tmp_path: Path) -> None:
+    args = [
+        "run",
+        "workload=matmul_192",
+        "space=quick_matmul",
+        "baselines=[]",
+        "experiment=cli_test",
+        f"results_dir={tmp_path}",
+        *FAST,
+    ]
+    first = harness(*args)
+    assert first.returncode == 0, first.stderr
+    df = store.load(tmp_path, "cli_test")
+    # 5 schemes x 2 variants of the space, all legal on matmul_192
+    assert len(df) == 10
+    assert set(df["status"]) == {"ok"}, df[["label", "status", "reason"]]
+    assert df["check_passed"].all()
+    for col in ("candidate_key", "source_hash", "compiler_version", "cflags", "machine_fingerprint", "seed"):
+        assert df[col].notna().all(), col
+    second = harness(*args)
+    assert second.returncode == 0, second.stderr
+    assert "10 candidate(s) already measured, skipped" in second.stderr
+    assert len(store.load(tmp_path, "cli_test")) == 10
+
+
+def test_multirun_sweeps_an_option(tmp_path: Path) -> None:
+    out = harness(
+        "run",
+        "-m",
+        "workload=matmul_small",
+        "scheme=[R_j, R_i, T_{32,k}, U_{6,i}, U_{2,j}, V_j]",
+        "codegen.hoist=true,false",
+        "experiment=mr",
+        f"results_dir={tmp_path}",
+        *FAST,
+    )
+    assert out.returncode == 0, out.stderr
+    df = store.load(tmp_path, "mr")
+    assert sorted(df["label"]) == sorted(
+        [
+            "[R_j, R_i, T_{32,k}, U_{6,i}, U_{2,j}, V_j]",
+            "[R_j, R_i, T_{32,k}, U_{6,i}, U_{2,j}, V_j] (hoist=False)",
+        ]
+    )
+    assert set(df["status"]) == {"ok"}
+
+
+def test_report_command_builds_html(tmp_path: Path) -> None:
+    out = harness(
+        "run",
+        "workload=conv_small_s2",
+        "space=quick_conv",
+        "experiment=rep",
+        f"results_dir={tmp_path}",
+        *FAST,
+    )
+    assert out.returncode == 0, out.stderr
+    rep = harness("report", "--results", str(tmp_path))
+    assert rep.returncode == 0, rep.stderr
+    html = (tmp_path / "report" / "index.html").read_text()
+    assert "rep" in html and "conv_small_s2" in html
+    assert list((tmp_path / "report" / "figures").glob("*.png"))
+
+
+@pytest.mark.skipif(
+    shutil.which("snakemake", path=os.path.dirname(sys.executable)) is None,
+    reason="snakemake is not installed in this environment",
+)
+def test_snakemake_dry_run_lists_every_experiment(tmp_path: Path) -> None:
+    snakemake = Path(sys.executable).parent / "snakemake"
+    out = subprocess.run(
+        [str(snakemake), "-n", "quick", "--config", f"results={tmp_path}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    text = out.stdout + out.stderr
+    for name in ("quick_matmul", "quick_matmul_cold", "quick_conv", "quick_conv_s2"):
+        assert f"{tmp_path}/done/{name}.txt" in text
+
+
+def test_quote_schemes_keeps_other_overrides() -> None:
+    from harness.cli import quote_schemes
+
+    assert quote_schemes(["scheme=[R_i, T_{4,k}]", "seed=3", "-m"]) == [
+        "scheme='[R_i, T_{4,k}]'",
+        "seed=3",
+        "-m",
+    ]
+
+
+def test_rows_are_valid_parquet(tmp_path: Path) -> None:
+    out = harness(
+        "run",
+        "workload=matmul_small",
+        "scheme=[R_i, R_j, R_k]",
+        "experiment=pq",
+        f"results_dir={tmp_path}",
+        *FAST,
+    )
+    assert out.returncode == 0, out.stderr
+    files = list((tmp_path / "rows" / "pq").glob("*.parquet"))
+    assert len(files) == 1
+    assert list(pd.read_parquet(files[0]).columns) == list(store.COLUMNS)

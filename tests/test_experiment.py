@@ -1,0 +1,117 @@
+"""The pipeline as a whole: failures are rows with reasons, the sweep goes on, wrong kernels never count."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness import experiment as exp_mod
+from harness import store
+from harness.machine import detect
+from harness.run import RunLimits
+from kernels.candidate import Candidate, KernelSource, Workload
+from tests.conftest import FAST_TIMING, scheme
+
+GOOD = "[R_i, R_j, R_k]"
+HEAD = "int kernel(float *const *t, void *w) { (void)t; (void)w; "
+BROKEN = {
+    "segfault": HEAD + "*(volatile int *)0 = 1; return 0; }",
+    "hang": HEAD + "for (;;) {} return 0; }",
+    "garbage": HEAD + "t[0][0] = 1e30f; return 0; }",
+    "syntax": HEAD + "return oops; }",
+    "nonzero": HEAD + "return 7; }",
+}
+
+
+@pytest.fixture
+def broken_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Candidates named after a BROKEN entry render to that hand-written broken kernel."""
+    real = exp_mod.render
+
+    def render(cand: Candidate, w: Workload) -> KernelSource:
+        return KernelSource(BROKEN[cand.text], "any") if cand.text in BROKEN else real(cand, w)
+
+    monkeypatch.setattr(exp_mod, "render", render)
+
+
+def test_failures_are_recorded_and_the_sweep_goes_on(
+    tmp_path: Path, shared_cache: Path, broken_kernels: None
+) -> None:
+    w = Workload.make("mm", "matmul", {"i": 16, "j": 16, "k": 8})
+    cands = [Candidate("baseline", name) for name in BROKEN] + [scheme(GOOD)]
+    exp = exp_mod.Experiment(
+        "fail",
+        w,
+        cands,
+        timing=FAST_TIMING,
+        limits=RunLimits(timeout_s=3),
+        results_dir=tmp_path,
+        cache_root=shared_cache,
+    )
+    rows = {r["candidate_text"]: r for r in exp_mod.run_experiment(exp, progress=lambda _m: None)}
+    assert rows["segfault"]["status"] == "crash" and "SIGSEGV" in rows["segfault"]["reason"]
+    assert rows["hang"]["status"] == "timeout"
+    assert rows["garbage"]["status"] == "wrong" and rows["garbage"]["check_passed"] is False
+    assert rows["syntax"]["status"] == "compile_error" and "oops" in rows["syntax"]["reason"]
+    assert rows["nonzero"]["status"] == "kernel_error"
+    assert rows[GOOD]["status"] == "ok"
+    df = store.load(tmp_path, "fail")
+    assert len(df) == len(cands)
+    # a wrong or failed kernel has no time, so it can never be plotted as fast
+    assert df.loc[df["status"] != "ok", "median_ns"].isna().all()
+    assert df.loc[df["status"] == "ok", "median_ns"].notna().all()
+
+
+def test_avx512_is_compiled_everywhere_and_run_only_where_supported(
+    tmp_path: Path, shared_cache: Path
+) -> None:
+    w = Workload.make("mm", "matmul", {"i": 8, "j": 32, "k": 8})
+    exp = exp_mod.Experiment(
+        "isa",
+        w,
+        [scheme("[R_i, R_k, R_j, V_j]", target="avx512")],
+        timing=FAST_TIMING,
+        results_dir=tmp_path,
+        cache_root=shared_cache,
+    )
+    (row,) = exp_mod.run_experiment(exp, progress=lambda _m: None)
+    assert row["source_hash"] and row["cflags"] and "x86-64-v4" in row["cflags"]
+    if "avx512" in detect().isas:
+        assert row["status"] == "ok"
+    else:
+        assert row["status"] == "unsupported" and "avx512" in row["reason"]
+        print(f"AVX-512 kernel compiled but not executed: {row['reason']}")
+
+
+def test_cold_rows_record_their_method(tmp_path: Path, shared_cache: Path) -> None:
+    from harness.run import TimingConfig
+
+    w = Workload.make("mm", "matmul", {"i": 16, "j": 16, "k": 16})
+    rows = []
+    for method in ("clflushopt", "sweep"):
+        timing = TimingConfig(
+            mode="cold", cold_method=method, warmup=0, min_reps=2, max_reps=2, flush_bytes=1 << 20
+        )
+        exp = exp_mod.Experiment(
+            f"cold_{method}", w, [scheme(GOOD)], timing=timing, results_dir=tmp_path, cache_root=shared_cache
+        )
+        rows += exp_mod.run_experiment(exp, progress=lambda _m: None)
+    assert [r["status"] for r in rows] == ["ok", "ok"]
+    assert rows[0]["cold_method"] in ("clflushopt", "clflush")
+    assert rows[1]["cold_method"] == "sweep"
+    assert all(r["timing_mode"] == "cold" and r["n_reps"] == 2 for r in rows)
+
+
+def test_unavailable_baseline_is_unsupported_not_a_crash(tmp_path: Path, shared_cache: Path) -> None:
+    w = Workload.make("cv", "conv2d", {"h": 2, "w": 2, "k": 8, "c": 2, "r": 1, "s": 1})
+    exp = exp_mod.Experiment(
+        "base",
+        w,
+        [Candidate("baseline", "openblas")],
+        timing=FAST_TIMING,
+        results_dir=tmp_path,
+        cache_root=shared_cache,
+    )
+    (row,) = exp_mod.run_experiment(exp, progress=lambda _m: None)
+    assert row["status"] == "unsupported" and "matmul only" in row["reason"]
