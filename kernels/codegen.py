@@ -58,6 +58,8 @@ def _linear(acc: Access, strides: list[int], index: Mapping[str, str | int]) -> 
                 const += v * coef * stride
             elif v != "0":
                 k = coef * stride
+                if not v.isidentifier():
+                    v = f"({v})"
                 terms.append(v if k == 1 else f"{k} * {v}")
     if const or not terms:
         terms.append(str(const))
@@ -92,10 +94,11 @@ class _Gen:
     def line(self, text: str) -> None:
         self.lines.append("  " * self.depth + text)
 
-    def fresh(self, stem: str) -> str:
-        n = self.counters.get(stem, 0)
-        self.counters[stem] = n + 1
-        return f"{stem}{n}"
+    def fresh(self, dim: str) -> str:
+        """Loop index ``i_0, i_1...``: the underscore keeps it apart from block names (p0, a0, acc0)."""
+        n = self.counters.get(dim, 0)
+        self.counters[dim] = n + 1
+        return f"{dim}_{n}"
 
     def plan(self, pos: int, binding: Mapping[str, int]) -> LoopStep:
         d = self.an.scheme[pos].dim

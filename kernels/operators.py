@@ -192,7 +192,7 @@ def make_operator(name: str, **params: object) -> Operator:
     if name == "matmul":
         return matmul()
     if name == "conv2d":
-        return conv2d(int(params.get("stride", 1)))  # type: ignore[arg-type]
+        return conv2d(params.get("stride", 1))  # type: ignore[arg-type]
     if name == "contraction":
         spec = params.get("spec")
         if not isinstance(spec, str):

@@ -29,17 +29,27 @@ ALL_KINDS = ("R", "T", "U", "V", "Ul", "lambda_seq", "Texct", "Tvar", "Texctg", 
 class SchemeError(ValueError):
     """An unparsable or illegal scheme; ``rule`` is a short stable name for the rule broken."""
 
-    def __init__(self, rule: str, message: str, atom: Atom | None = None, position: int | None = None):
+    def __init__(
+        self,
+        rule: str,
+        message: str,
+        atom: Atom | None = None,
+        position: int | None = None,
+        dim: str | None = None,
+    ):
         self.rule = rule
+        self.detail = message
         self.atom = atom
         self.position = position
-        self.dim = atom.dim if atom is not None else None
-        where = ""
+        self.dim = dim if dim is not None else (atom.dim if atom is not None else None)
+        parts = []
         if atom is not None:
-            where = f"atom {atom.text()} at position {position}"
-            if atom.dim is not None:
-                where += f" (dimension {atom.dim})"
-            where += ": "
+            parts.append(f"atom {atom.text()}")
+        if position is not None:
+            parts.append(f"at position {position}")
+        if self.dim is not None:
+            parts.append(f"(dimension {self.dim})")
+        where = " ".join(parts) + ": " if parts else ""
         super().__init__(f"illegal scheme: {where}{message} [rule: {rule}]")
 
 
@@ -139,13 +149,22 @@ def parse_scheme(spec: str | Sequence[object]) -> Scheme:
         text = spec.strip()
         if text.startswith("[") and text.endswith("]"):
             text = text[1:-1]
-        atoms = tuple(parse_atom(p) for p in _split_top(text))
+        items: list[object] = list(_split_top(text))
     else:
-        atoms = tuple(
-            _atom_from_mapping(item) if isinstance(item, Mapping) else parse_atom(str(item)) for item in spec
-        )
+        items = list(spec)
+    atoms = []
+    for pos, item in enumerate(items):
+        try:
+            atoms.append(_atom_from_mapping(item) if isinstance(item, Mapping) else parse_atom(str(item)))
+        except SchemeError as exc:
+            raise SchemeError(exc.rule, exc.detail, None, pos) from None
+    return validate_atoms(tuple(atoms))
+
+
+def validate_atoms(atoms: Scheme) -> Scheme:
+    """Checks that need no operator: sizes, λ_seq pair lists (run on every path into ``analyze``)."""
     for pos, a in enumerate(atoms):
-        if a.kind in SIZED_KINDS and (a.size is None or a.size < 1):
+        if a.kind in SIZED_KINDS and (not isinstance(a.size, int) or a.size < 1):
             raise SchemeError("positive-size", f"size must be a positive integer, got {a.size}", a, pos)
         if a.kind == "lambda_seq":
             if len(a.seq) < 2:
@@ -234,14 +253,17 @@ def analyze(
     ``stride1`` maps each dimension to the stride-1 dimension of every tensor that uses it (``None``
     entries for tensors where it is not stride-1), so the V rule needs no operator import here.
     """
-    scheme: Scheme = (
-        spec if isinstance(spec, tuple) and all(isinstance(a, Atom) for a in spec) else parse_scheme(spec)
-    )  # type: ignore[arg-type]
+    if isinstance(spec, tuple) and all(isinstance(a, Atom) for a in spec):
+        scheme: Scheme = validate_atoms(spec)
+    else:
+        scheme = parse_scheme(spec)  # type: ignore[arg-type]
     sizes = dict(sizes)
     for pos, a in enumerate(scheme):
         for d in (a.dim,) if a.kind != "ScalP" else a.dims:
             if d not in dims:
-                raise SchemeError("unknown-dimension", f"dimension {d!r} is not one of {list(dims)}", a, pos)
+                raise SchemeError(
+                    "unknown-dimension", f"dimension {d!r} is not one of {list(dims)}", a, pos, dim=d
+                )
 
     # V: once, innermost, stride-1 in every tensor it touches
     vpos = [p for p, a in enumerate(scheme) if a.kind == "V"]
@@ -320,8 +342,17 @@ def analyze(
                 f"the output is indexed by {touched}: it cannot be promoted out",
                 a,
                 scalp_position,
+                dim=touched[0],
             )
         for q in range(scalp_position + 1, unroll_start):
+            if scheme[q].kind == "lambda_seq":
+                raise SchemeError(
+                    "scalp-scope",
+                    f"{scheme[q].text()} below ScalP: accumulators cannot be promoted above a λ sequence",
+                    a,
+                    scalp_position,
+                    dim=scheme[q].dim,
+                )
             if scheme[q].dim not in a.dims:
                 raise SchemeError(
                     "scalp-scope",
@@ -345,7 +376,7 @@ def _check_extents(an: Analysis, dims: Sequence[str], binding: Mapping[str, int]
         if not chain:
             if size != 1:
                 raise SchemeError(
-                    "coverage", f"dimension {d} (size {size}) is not covered by any atom; add R_{d}"
+                    "coverage", f"dimension {d} (size {size}) is not covered by any atom; add R_{d}", dim=d
                 )
             continue
         var_positions = [p for p in chain if scheme[p].kind in VAR_KINDS]

@@ -108,13 +108,13 @@ def test_edits_on_the_blis_kernel_are_the_documented_ones() -> None:
         return _changed_lines(code, apply_mutant(code, name))
 
     gone, new = diff("drop_last_iteration")
-    assert new == {f"for (int j0 = 0; j0 < {j_end} - {j_step}; j0 += {j_step}) {{"}
+    assert new == {f"for (int j_0 = 0; j_0 < {j_end} - {j_step}; j_0 += {j_step}) {{"}
     gone, new = diff("skip_first_iteration")
-    assert new == {"for (int k0 = 0 + 1; k0 < 32; k0 += 1) {"}
+    assert new == {"for (int k_0 = 0 + 1; k_0 < 32; k_0 += 1) {"}
     gone, new = diff("wrong_input_offset")
     assert new == {f"const {vt} a5 = {v}_set1_ps(p0[159]);"}
     gone, new = diff("wrong_input_stride")
-    assert new == {"const float *restrict p0 = A + 31 * i0 + k0;"}
+    assert new == {"const float *restrict p0 = A + 31 * i_0 + k_0;"}
     gone, new = diff("drop_fma")
     assert gone == {f"acc11 = {v}_fmadd_ps(a5, b1, acc11);"} and not new
     gone, new = diff("fma_wrong_accumulator")

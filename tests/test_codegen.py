@@ -1,0 +1,372 @@
+"""Generated C kernels against the float64 reference, through the real pipeline (render, build, run, check).
+
+Schemes run on ``HOST_TARGET`` (AVX2 here, AVX-512 elsewhere). Where a V dimension is unrolled, sizes are
+chosen from the host's lane count ``L`` so that every scheme is legal whatever the machine.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import re
+from pathlib import Path
+
+import pytest
+
+from harness.build import compile_only
+from harness.check import CheckConfig
+from harness.machine import detect
+from kernels.candidate import Candidate, Workload, render
+from kernels.codegen import analyze_for
+from kernels.targets import get_target
+from tests.conftest import HOST_TARGET, run_candidates, scheme
+
+L = get_target(HOST_TARGET).lanes
+FULL = CheckConfig(full_below=10**9)  # every output point is compared
+
+
+def mm(i: int, j: int, k: int) -> Workload:
+    return Workload.make("mm", "matmul", {"i": i, "j": j, "k": k})
+
+
+def conv(stride: int, **sizes: int) -> Workload:
+    return Workload.make(f"cv{stride}", "conv2d", sizes, stride=stride)
+
+
+def assert_all_ok(
+    candidates: list[Candidate], workload: Workload, tmp_path: Path, cache: Path, seed: int = 0
+) -> None:
+    rows = run_candidates(candidates, workload, tmp_path / "results", cache, check=FULL, seed=seed)
+    assert len(rows) == len(candidates)
+    bad = [(r["label"], r["status"], r["reason"][:500]) for r in rows if r["status"] != "ok"]
+    assert not bad, bad
+    for r in rows:
+        assert r["check_passed"] is True and r["check_mode"] == "full"
+        assert r["check_points"] == math.prod(workload.shapes()[0])
+
+
+# -- matmul ---------------------------------------------------------------------------------------------
+def test_matmul_scalar_vector_and_register_tiles(tmp_path: Path, shared_cache: Path) -> None:
+    w = mm(24, 4 * L, 16)
+    texts = [
+        "[R_i, R_j, R_k]",
+        "[R_k, R_j, R_i]",  # Fig 3.1
+        "[R_k, R_j, R_i, V_j]",  # Fig 3.2
+        "[R_k, R_j, R_i, U_{2,k}]",  # Fig 3.3
+        "[R_k, R_j, R_i, T_{8,k}]",  # Fig 3.4 (T_{32,k} scaled to k = 16)
+        "[R_j, R_k, R_i, T_{2,j}, T_{2,i}, T_{8,k}, U_{6,i}, U_{2,j}, V_j]",  # BLIS-like 6 x 2 vectors
+        "[R_i, R_j, R_k, U_{3,i}, U_{2,k}, U_{2,j}, V_j]",
+    ]
+    assert_all_ok([scheme(t) for t in texts], w, tmp_path, shared_cache)
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_conv2d_microkernels(stride: int, tmp_path: Path, shared_cache: Path) -> None:
+    w = conv(stride, h=3, w=6, k=2 * L, r=3, s=3, c=4)
+    texts = [
+        "[R_h, R_w, R_k, R_r, R_s, R_c]",
+        "[R_h, R_k, R_r, R_s, R_c, R_w, V_k]",
+        "[R_h, R_w, R_k, R_c, U_{3,r}, U_{3,s}]",  # scalar, unrolled r/s
+        "[R_h, R_c, T_{2,w}, U_{3,r}, U_{3,s}, U_{3,w}, U_{2,k}, V_k]",  # §5.2 microkernel family
+        "[R_h, T_{2,w}, R_r, R_s, R_c, U_{3,w}, U_{2,k}, V_k]",  # accumulators hoisted over r, s, c
+        "[R_w, R_h, R_r, ScalP[s,c], R_s, R_c, U_{3,h}, U_{2,k}, V_k]",
+    ]
+    assert_all_ok([scheme(t) for t in texts], w, tmp_path, shared_cache)
+
+
+# -- λ_seq microkernel combinations ----------------------------------------------------------------------
+def test_lambda_one_dimension(tmp_path: Path, shared_cache: Path) -> None:
+    w = mm(43, 2 * L, 8)  # 43 = 2x11 + 3x7
+    texts = [
+        "[λ_seq_i.[(2,11);(3,7)]; T_{8,k}; Uλ_i; U_{2,j}; V_j]",
+        "[R_j, λ_seq_i.[(2,11),(3,7)], R_k, Uλ_i, V_j]",
+        "[λ_seq_i.[(1,3),(2,5),(5,6)], R_j, R_k, Uλ_i]",  # three pairs, scalar
+    ]
+    assert_all_ok([scheme(t) for t in texts], w, tmp_path, shared_cache)
+
+
+def test_lambda_fig_3_7(tmp_path: Path, shared_cache: Path) -> None:
+    w = mm(128, 4 * L, 8)  # 128 = 12x6 + 8x7
+    text = "[R_j, λ_seq_i.[(12,6),(8,7)], T_{8,k}, Uλ_i, U_{2,j}, V_j]"
+    assert_all_ok([scheme(text), scheme(text, hoist=False)], w, tmp_path, shared_cache)
+
+
+def test_lambda_two_dimensions(tmp_path: Path, shared_cache: Path) -> None:
+    w = mm(43, 3 * L, 4)  # i = 7x4 + 3x5, j = (1x2 + 1x1) vectors
+    texts = [
+        "[λ_seq_i.[(7,4),(3,5)], λ_seq_j.[(1,2),(1,1)], R_k, Uλ_i, Uλ_j, V_j]",
+        "[λ_seq_j.[(1,2),(1,1)], R_k, λ_seq_i.[(7,4),(3,5)], Uλ_j, Uλ_i, V_j]",
+    ]
+    assert_all_ok([scheme(t) for t in texts], w, tmp_path, shared_cache)
+    w2 = mm(7, 6, 2)
+    assert_all_ok(
+        [scheme("[λ_seq_i.[(2,2),(1,3)], λ_seq_j.[(1,2),(1,4)], R_k, Uλ_i, Uλ_j]")],
+        w2,
+        tmp_path / "b",
+        shared_cache,
+    )
+
+
+def test_lambda_under_outer_loop_on_same_dim(tmp_path: Path, shared_cache: Path) -> None:
+    texts = [
+        "[R_i, λ_seq_i.[(2,2),(1,3)], R_j, R_k, Uλ_i]",  # i = 14 = 2 x (2x2 + 1x3)
+        "[T_{2,i}, λ_seq_i.[(1,3),(1,4)], R_j, R_k, Uλ_i]",
+    ]
+    assert_all_ok([scheme(t) for t in texts], mm(14, 3, 2), tmp_path, shared_cache)
+
+
+# -- partial tiles: Texct / Tvar / Texctg ----------------------------------------------------------------
+def test_texct_tvar_texctg_partial_tiles(tmp_path: Path, shared_cache: Path) -> None:
+    w = mm(260, 4, 32)
+    texts = [
+        "[Texct_{260,i}, T_{4,j}, Texctg_{120,i}, Tvar_{32,i}, T_{32,k}]",  # Fig 3.16 (j = 4)
+        "[Texct_{260,i}, R_j, Tvar_{32,i}, R_k]",
+        "[R_i, Texct_{120,i}, R_j, Tvar_{32,i}, R_k]",  # border tile under R: 260 = 2x120 + 20
+        "[R_i, Texct_{100,i}, Texctg_{60,i}, Texctg_{24,i}, Tvar_{10,i}, R_k, U_{2,i}, U_{4,j}]",
+    ]
+    assert_all_ok([scheme(t) for t in texts], w, tmp_path, shared_cache)
+
+
+def test_fig_3_15_exact(tmp_path: Path, shared_cache: Path) -> None:
+    assert_all_ok(
+        [scheme("[Texct_{120,i}, T_{64,j}, Tvar_{32,i}, T_{32,k}]")], mm(120, 64, 32), tmp_path, shared_cache
+    )
+
+
+def test_partial_tiles_on_vector_dimension(tmp_path: Path, shared_cache: Path) -> None:
+    w = mm(5, 6 * L, 3)  # 6L = 4L + 2L: a border tile of 2 vectors
+    texts = [
+        f"[R_i, R_k, R_j, Texct_{{{4 * L},j}}, Tvar_{{{2 * L},j}}, V_j]",
+        f"[R_k, R_j, Texct_{{{4 * L},j}}, R_i, Tvar_{{{3 * L},j}}, V_j]",
+        f"[R_k, Texct_{{{6 * L},j}}, Tvar_{{{4 * L},j}}, T_{{5,i}}, U_{{2,j}}, V_j]",
+    ]
+    assert_all_ok([scheme(t) for t in texts], w, tmp_path, shared_cache)
+
+
+def test_non_divisible_outer_level_conv_w33(tmp_path: Path, shared_cache: Path) -> None:
+    w = conv(1, h=2, w=33, k=L, r=2, s=1, c=3)
+    texts = [
+        "[R_h, R_k, R_r, R_s, R_c, R_w, Texct_{9,w}, Tvar_{6,w}, U_{3,w}]",
+        "[R_h, R_w, Texct_{9,w}, R_r, R_s, R_c, Tvar_{6,w}, U_{3,w}, V_k]",
+    ]
+    assert_all_ok([scheme(t) for t in texts], w, tmp_path, shared_cache)
+
+
+# -- ScalP, contractions, hoist and fma switches ---------------------------------------------------------
+def test_scalp(tmp_path: Path, shared_cache: Path) -> None:
+    w = mm(4, 3, 64)
+    texts = [
+        "[R_k, R_j, R_i, ScalP[k], T_{32,k}, U_{2,i}]",  # Fig 3.6
+        "[R_i, R_j, ScalP[k], R_k]",
+        "[R_i, R_j, R_k, ScalP[k]]",
+        "[R_i, R_j, ScalP[k], R_k, Texct_{40,k}, Tvar_{16,k}, U_{2,k}]",
+    ]
+    assert_all_ok([scheme(t) for t in texts] + [scheme(texts[0], hoist=False)], w, tmp_path, shared_cache)
+
+
+def test_scalp_above_lambda_on_reduction(tmp_path: Path, shared_cache: Path) -> None:
+    w = mm(3, 2, 7)  # k = 2x2 + 1x3
+    text = "[R_i, R_j, ScalP[k], λ_seq_k.[(2,2),(1,3)], Uλ_k]"
+    rows = run_candidates([scheme(text)], w, tmp_path / "results", shared_cache, check=FULL)
+    # either a correct kernel or a clean rejection naming the rule
+    assert rows[0]["status"] == "ok" or (rows[0]["status"] == "error" and "[rule:" in rows[0]["reason"])
+
+
+def test_contractions(tmp_path: Path, shared_cache: Path) -> None:
+    # the thesis example Out[l1,r1,l2] += Left[l2,k1,k2,l1] * Right[r1,k2,k1]
+    w = Workload.make("ct", "contraction", {"a": 3, "r": 2, "b": 5, "k": 3, "m": 4}, spec="bkma,rmk->arb")
+    assert_all_ok(
+        [scheme("[R_a, R_r, R_b, R_k, R_m]"), scheme("[R_k, R_a, R_m, R_r, U_{5,b}]")],
+        w,
+        tmp_path / "a",
+        shared_cache,
+    )
+    wb = Workload.make("bt", "contraction", {"b": 2, "i": 3, "k": 5, "j": 2 * L}, spec="bik,bkj->bij")
+    assert_all_ok(
+        [scheme("[R_b, R_i, R_k, R_j, V_j]"), scheme("[R_b, R_k, U_{3,i}, U_{2,j}, V_j]")],
+        wb,
+        tmp_path / "b",
+        shared_cache,
+    )
+
+
+def test_contraction_dimension_named_p(tmp_path: Path, shared_cache: Path) -> None:
+    w = Workload.make("ctp", "contraction", {"p": 3, "k": 4, "j": 5}, spec="pk,kj->pj")
+    assert_all_ok([scheme("[R_p, R_j, R_k]")], w, tmp_path, shared_cache)
+
+
+@pytest.mark.parametrize("hoist", [True, False])
+@pytest.mark.parametrize("fma", [True, False])
+def test_hoist_and_fma_switches_are_correct(
+    hoist: bool, fma: bool, tmp_path: Path, shared_cache: Path
+) -> None:
+    texts = ["[R_j, R_i, R_k, U_{3,i}, U_{2,j}, V_j]", "[R_j, R_i, T_{2,k}, T_{4,k}, U_{2,i}, V_j]"]
+    assert_all_ok([scheme(t, hoist=hoist, fma=fma) for t in texts], mm(6, 2 * L, 8), tmp_path, shared_cache)
+
+
+# -- randomized legal schemes ----------------------------------------------------------------------------
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _random_scheme(rng: random.Random, sizes: dict[str, int], vdim: str | None) -> str:
+    """A legal scheme by construction: per dimension an unroll, then R / T / Texct-Tvar / λ_seq loops."""
+    loops: list[list[str]] = []
+    unrolls: list[str] = []
+    for d, n in sizes.items():
+        m = n // L if d == vdim else n
+        gran = n // m
+        lam = [
+            (r1, a1, r2, a2)
+            for a1 in range(1, 5)
+            for a2 in range(a1 + 1, 5)
+            for r1 in range(1, 4)
+            for r2 in range(1, 4)
+            if r1 * a1 + r2 * a2 == m
+        ]
+        if lam and rng.random() < 0.25:
+            r1, a1, r2, a2 = rng.choice(lam)
+            loops.append([f"lambda_seq_{d}.[({r1},{a1}),({r2},{a2})]"])
+            unrolls.append(f"Ul_{d}")
+            continue
+        u = rng.choice([x for x in _divisors(m) if x <= 4])
+        if u > 1:
+            unrolls.append(f"U_{{{u},{d}}}")
+        m //= u
+        gran *= u
+        choice = rng.random()
+        if m > 2 and choice < 0.25:
+            a = rng.randint(1, m)
+            b = rng.randint(1, a)
+            loops.append([f"R_{d}", f"Texct_{{{a * gran},{d}}}", f"Tvar_{{{b * gran},{d}}}"])
+        elif m > 1 and choice < 0.6:
+            t = rng.choice(_divisors(m))
+            loops.append(
+                [f"R_{d}", f"T_{{{t},{d}}}"]
+                if rng.random() < 0.5
+                else [f"T_{{{m // t},{d}}}", f"T_{{{t},{d}}}"]
+            )
+        elif m > 1 or rng.random() < 0.5:
+            loops.append([f"R_{d}"])
+    order: list[str] = []
+    while any(loops):
+        pick = rng.choice([chain for chain in loops if chain])
+        order.append(pick.pop(0))
+    rng.shuffle(unrolls)
+    return "[" + ", ".join(order + unrolls + ([f"V_{vdim}"] if vdim else [])) + "]"
+
+
+@pytest.mark.parametrize("op", ["matmul", "conv2d"])
+def test_random_legal_schemes(op: str, tmp_path: Path, shared_cache: Path) -> None:
+    rng = random.Random(f"ttile-{op}")
+    if op == "matmul":
+        sizes = {"i": rng.randint(5, 14), "j": L * rng.choice([1, 2, 3]), "k": rng.randint(3, 12)}
+        w = Workload.make("rmm", "matmul", sizes)
+        vdim = "j"
+    else:
+        sizes = {"h": rng.randint(1, 3), "w": rng.randint(4, 9), "k": L * rng.choice([1, 2]), "r": 3, "s": 2}
+        sizes["c"] = rng.randint(2, 4)
+        w = Workload.make("rcv", "conv2d", sizes, stride=rng.choice([1, 2]))
+        vdim = "k"
+    target = get_target(HOST_TARGET)
+    cands: dict[str, Candidate] = {}
+    while len(cands) < 7:
+        text = _random_scheme(rng, sizes, vdim if rng.random() < 0.7 else None)
+        analyze_for(text, w, target)  # legal by construction: a rejection is a bug
+        cands.setdefault(text, scheme(text, hoist=rng.random() < 0.7, fma=rng.random() < 0.7))
+    assert_all_ok(list(cands.values()), w, tmp_path, shared_cache, seed=3)
+
+
+# -- AVX-512 everywhere (compiled), executed where the CPU has it ----------------------------------------
+AVX512_CASES = [
+    (mm(12, 64, 8), "[R_j, R_k, T_{2,i}, U_{6,i}, U_{2,j}, V_j]"),
+    (mm(128, 32, 8), "[R_j, λ_seq_i.[(12,6),(8,7)], T_{8,k}, Uλ_i, U_{2,j}, V_j]"),
+    (mm(20, 48, 6), "[R_i, R_k, R_j, Texct_{32,j}, Tvar_{16,j}, V_j]"),
+    (conv(2, h=2, w=6, k=32, r=3, s=3, c=2), "[R_h, R_c, T_{2,w}, U_{3,r}, U_{3,s}, U_{3,w}, U_{2,k}, V_k]"),
+]
+
+
+def test_avx512_code_compiles_on_any_host() -> None:
+    for w, text in AVX512_CASES:
+        src = render(scheme(text, target="avx512"), w)
+        assert src.target == "avx512"
+        assert "__m512" in src.code and "_mm512_fmadd_ps" in src.code and "__m256" not in src.code
+        res = compile_only(src.code, "avx512")
+        assert res.ok, (text, res.error)
+        assert "x86-64-v4" in res.flags
+    nofma = render(scheme(AVX512_CASES[0][1], target="avx512", fma=False), AVX512_CASES[0][0]).code
+    assert "fmadd" not in nofma and "_mm512_mul_ps" in nofma
+    assert compile_only(nofma, "avx512").ok
+
+
+def test_avx512_kernels_run_correctly(tmp_path: Path, shared_cache: Path) -> None:
+    if "avx512" not in detect().isas:
+        pytest.skip(f"this CPU ({detect().model_name}) cannot execute AVX-512; compiled only")
+    for n, (w, text) in enumerate(AVX512_CASES):
+        assert_all_ok([scheme(text, target="avx512")], w, tmp_path / str(n), shared_cache)
+
+
+# -- what the switches do to the code --------------------------------------------------------------------
+def _lines(text: str, w: Workload, target: str = "avx2", **options: object) -> list[str]:
+    return render(scheme(text, target=target, **options), w).code.splitlines()
+
+
+def _index(lines: list[str], pattern: str) -> list[int]:
+    return [n for n, line in enumerate(lines) if re.search(pattern, line)]
+
+
+@pytest.mark.parametrize("target", ["avx2", "avx512"])
+def test_hoisting_is_visible_in_the_code(target: str) -> None:
+    t = get_target(target)
+    w = mm(6, 2 * t.lanes, 8)
+    text = "[R_j, R_i, R_k, U_{3,i}, U_{2,j}, V_j]"
+    load = rf"acc\d+ = {t.load}\(po"
+    store = rf"{t.store}\(po"
+    hoisted = _lines(text, w, target, hoist=True)
+    (kloop,) = _index(hoisted, r"for \(int k_\d+ ")
+    loads, stores = _index(hoisted, load), _index(hoisted, store)
+    assert len(loads) == len(stores) == 6  # one accumulator per (i, j-vector) of the 3 x 2 register tile
+    assert max(loads) < kloop < min(stores)
+    inside = _lines(text, w, target, hoist=False)
+    (kloop,) = _index(inside, r"for \(int k_\d+ ")
+    loads, stores = _index(inside, load), _index(inside, store)
+    assert len(loads) == len(stores) == 6
+    assert min(loads) > kloop
+    assert "kept in registers" in "\n".join(hoisted) and "kept in registers" not in "\n".join(inside)
+
+
+def test_hoisting_goes_above_all_innermost_reduction_loops() -> None:
+    w = conv(1, h=2, w=4, k=16, r=3, s=3, c=2)
+    text = "[R_h, T_{2,w}, R_r, R_s, R_c, U_{2,w}, U_{2,k}, V_k]"
+    lines = _lines(text, w, hoist=True)
+    first_red = min(_index(lines, r"for \(int [rsc]_\d+ "))
+    wloop = _index(lines, r"for \(int w_\d+ ")[0]
+    loads = _index(lines, r"acc\d+ = _mm256_loadu_ps\(po")
+    assert len(loads) == 4 and wloop < min(loads) and max(loads) < first_red
+    # a scheme whose innermost loop is parallel keeps its accumulators in the block
+    lines = _lines("[R_h, R_r, R_s, R_c, T_{2,w}, U_{2,w}, U_{2,k}, V_k]", w, hoist=True)
+    wloop = _index(lines, r"for \(int w_\d+ ")[0]
+    assert min(_index(lines, r"acc\d+ = _mm256_loadu_ps\(po")) > wloop
+
+
+def test_scalp_places_accumulators_at_its_position_even_without_hoist() -> None:
+    w = mm(4, 3, 64)
+    lines = _lines("[R_k, R_j, R_i, ScalP[k], T_{32,k}, U_{2,i}]", w, hoist=False)
+    inner_k = _index(lines, r"for \(int k_\d+ ")
+    iloop = _index(lines, r"for \(int i_\d+ ")[0]
+    loads = _index(lines, r"float acc\d+ = po\[")
+    assert len(loads) == 2 and iloop < min(loads) and max(loads) < inner_k[-1]
+
+
+@pytest.mark.parametrize("target", ["avx2", "avx512"])
+def test_fma_switch(target: str) -> None:
+    t = get_target(target)
+    w = mm(6, 2 * t.lanes, 8)
+    text = "[R_j, R_i, R_k, U_{3,i}, U_{2,j}, V_j]"
+    with_fma = "\n".join(_lines(text, w, target, fma=True))
+    without = "\n".join(_lines(text, w, target, fma=False))
+    assert with_fma.count(t.fmadd) == 6 and t.mul not in with_fma
+    assert "fmadd" not in without
+    assert without.count(t.mul) == without.count(t.add) == 6
+    scalar = "\n".join(_lines("[R_i, R_j, R_k]", w, target, fma=True))
+    assert "fmadd" not in scalar and "+=" in scalar
