@@ -6,6 +6,7 @@ failed candidate never gets a performance number" must hold in one place.
 
 from __future__ import annotations
 
+import json
 import math
 import warnings
 
@@ -36,6 +37,7 @@ SUMMARY_COLUMNS: list[str] = [
     "target",
     "status",
     "reason",
+    "flags",
     "n_rows",
     "n_reps",
     "flops",
@@ -105,6 +107,15 @@ def _pooled_times(rows: pd.DataFrame) -> np.ndarray:
     return np.concatenate(arrays) if arrays else np.array([], dtype=float)
 
 
+def _flags(rows: pd.DataFrame) -> list[str]:
+    """Distinct measurement-sanity flags of a unit's rows (JSON lists in the store)."""
+    out: dict[str, None] = {}
+    for text in rows["flags"].dropna() if "flags" in rows else []:
+        for f in json.loads(text) if text else []:
+            out[str(f)] = None
+    return list(out)
+
+
 def _first(series: pd.Series) -> object:
     s = series.dropna()
     return s.iloc[0] if len(s) else None
@@ -135,6 +146,7 @@ def summarize(df: pd.DataFrame) -> pd.DataFrame:
             target=_first(rows["target"]),
             status=status,
             reason=reason,
+            flags="; ".join(_flags(rows)),
             n_rows=len(rows),
             flops=flops,
             peak_gflops=peak,

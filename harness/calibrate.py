@@ -142,3 +142,17 @@ def calibrate(
     tmp.write_text(json.dumps({**record, "peaks": peaks}, indent=1))
     os.replace(tmp, path)
     return peaks
+
+
+def probe_peak(
+    isa: str,
+    cache_dir: Path = Path("results/cache"),
+    iters: int = 5_000_000,
+    trials: int = 3,
+    cc: str = "gcc",
+) -> float:
+    """A short re-measurement of the peak (tens of ms), to see whether the core runs as when calibrated."""
+    exe = build_executable(PEAK_SOURCE, Path(cache_dir), PEAK_FLAGS, (), cc)
+    if not exe.ok or exe.so_path is None:
+        raise RuntimeError(f"cannot build {PEAK_SOURCE}:\n{exe.error}")
+    return float(_measure(exe.so_path, isa, iters, trials)["gflops"])  # type: ignore[arg-type]

@@ -42,6 +42,7 @@ def build_experiment(cfg: Any) -> Any:
     from harness.check import CheckConfig
     from harness.experiment import Experiment
     from harness.run import RunLimits, TimingConfig
+    from harness.sanity import SanityConfig
     from kernels.candidate import Candidate, Workload
     from kernels.scheme import format_scheme, parse_scheme
 
@@ -89,6 +90,7 @@ def build_experiment(cfg: Any) -> Any:
         ),
         limits=RunLimits(float(limits["timeout_s"]), int(mem * 2**30) if mem else None),
         seed=int(c["seed"]),
+        sanity=SanityConfig(**c["sanity"]),
         results_dir=Path(c["results_dir"]),
     )
 

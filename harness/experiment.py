@@ -17,9 +17,10 @@ from typing import Any
 from harness import machine as machine_mod
 from harness import store
 from harness.build import BuildResult, CompilerConfig, build_many
-from harness.calibrate import calibrate
+from harness.calibrate import calibrate, probe_peak
 from harness.check import CheckConfig, check_output, make_tensors
-from harness.run import RunLimits, TimingConfig, run_kernel
+from harness.run import RunLimits, TimingConfig, default_cpu, run_kernel
+from harness.sanity import CoreWatch, SanityConfig, drift_flags, row_flags
 from kernels.baselines import BaselineUnavailable
 from kernels.candidate import Candidate, KernelSource, Workload, render
 from kernels.scheme import SchemeError
@@ -38,6 +39,7 @@ class Experiment:
     compiler: CompilerConfig = field(default_factory=CompilerConfig)
     limits: RunLimits = field(default_factory=RunLimits)
     seed: int = 0
+    sanity: SanityConfig = field(default_factory=SanityConfig)
     results_dir: Path = Path("results")
     cache_root: Path | None = None  # compiled kernels, driver, calibration; default results_dir/cache
 
@@ -82,6 +84,7 @@ def _base_row(exp: Experiment, cand: Candidate, m: machine_mod.Machine) -> dict[
         "check_passed": None,
         "status": "error",
         "reason": "",
+        "flags": "[]",
         "times_ns": None,
         "n_reps": None,
         "min_ns": None,
@@ -132,6 +135,12 @@ def run_experiment(
     if skipped:
         say(f"[{exp.name}] {skipped} candidate(s) already measured, skipped")
 
+    exp_flags: list[str] = []
+    if todo and exp.sanity.probe and m.best_isa:
+        calibrated = peaks.get(m.best_isa, {}).get("gflops")
+        exp_flags = drift_flags(exp.sanity, calibrated, [probe_peak(m.best_isa, exp.cache_dir)])
+        for f in exp_flags:
+            say(f"[{exp.name}] warning: {f}")
     rendered = [_render(c, exp.workload) for c, _ in todo]
     sources = [r for r in rendered if isinstance(r, KernelSource)]
     builds = iter(build_many(sources, exp.compiler, exp.cache_dir / "so"))
@@ -146,6 +155,7 @@ def run_experiment(
         else:
             row["target"] = src.target
             _measure(exp, m, peaks, src, next(builds), tensors, row)
+            row["flags"] = json.dumps(exp_flags + json.loads(row["flags"]))
         store.write_row(exp.results_dir, row)
         rows.append(row)
         counts["ok" if row["status"] == "ok" else "failed"] += 1
@@ -181,9 +191,11 @@ def _measure(
         row["status"] = "unsupported"
         row["reason"] = f"this CPU ({m.model_name}) cannot execute {src.target}; compiled only"
         return
-    res = run_kernel(
-        built.so_path, tensors, src.workspace_bytes, exp.timing, exp.counters, exp.limits, exp.cache_dir
-    )
+    cpu = default_cpu() if exp.timing.cpu is None else exp.timing.cpu
+    with CoreWatch(cpu) as watch:
+        res = run_kernel(
+            built.so_path, tensors, src.workspace_bytes, exp.timing, exp.counters, exp.limits, exp.cache_dir
+        )
     row.update(
         counter_backend=res.counter_backend,
         counters_unavailable=json.dumps(res.counters_unavailable),
@@ -206,3 +218,4 @@ def _measure(
     row["status"] = "ok"
     row["counters"] = json.dumps(res.counters)
     row.update(store.perf_fields([float(t) for t in res.times_ns], exp.workload.flops, row["peak_gflops"]))
+    row["flags"] = json.dumps(row_flags(exp.sanity, row["cov"], watch.other_pct))

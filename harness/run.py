@@ -91,7 +91,7 @@ def build_driver(cache_dir: Path, cc: str = "gcc") -> Path:
     return result.so_path
 
 
-def _default_cpu() -> int:
+def default_cpu() -> int:
     return max(os.sched_getaffinity(0))
 
 
@@ -131,7 +131,7 @@ def run_kernel(
     m = machine.detect()
     flush_bytes = timing.flush_bytes or 8 * (m.llc_bytes or 32 << 20)
     memory = limits.memory_bytes or int(0.8 * m.memory_bytes)
-    cpu = _default_cpu() if timing.cpu is None else timing.cpu
+    cpu = default_cpu() if timing.cpu is None else timing.cpu
 
     tmp_parent = TMP_ROOT if TMP_ROOT.is_dir() and os.access(TMP_ROOT, os.W_OK) else workdir
     tmp_parent.mkdir(parents=True, exist_ok=True)

@@ -70,6 +70,7 @@ COLUMNS: OrderedDict[str, tuple[pa.DataType, str]] = OrderedDict(
             (STR, "ok | wrong | crash | timeout | compile_error | kernel_error | unsupported | error"),
         ),
         ("reason", (STR, "why the status is not ok (empty when ok)")),
+        ("flags", (STR, "measurement-sanity warnings (noisy, busy core, peak drift), JSON list of strings")),
         ("times_ns", (pa.list_(F64), "every timed repetition, nanoseconds")),
         ("n_reps", (I64, "number of timed repetitions")),
         ("min_ns", (F64, "minimum time, ns")),
@@ -117,6 +118,7 @@ JSON_COLUMNS: tuple[str, ...] = (
     "machine",
     "counters",
     "counters_unavailable",
+    "flags",
 )
 
 STATUSES: tuple[str, ...] = (

@@ -71,6 +71,7 @@ def make_row(
         "check_passed": status == "ok",
         "status": status,
         "reason": reason,
+        "flags": "[]",
         "timestamp": "2024-06-01T12:00:00+00:00",
         "harness_version": "0.1.0",
     }

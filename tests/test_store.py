@@ -58,6 +58,7 @@ def make_row(**overrides: Any) -> dict[str, Any]:
         "check_passed": True,
         "status": "ok",
         "reason": "",
+        "flags": "[]",
         "timestamp": "2024-06-01T12:00:00+00:00",
         "harness_version": "0.1.0",
     }

@@ -1,0 +1,84 @@
+"""Measurement sanity: flag timings that should not be trusted at face value, never hide them.
+
+Three signs are checked (none needs a PMU): a high coefficient of variation of the repetitions; other
+processes busy on the core the kernel was pinned to while it ran; and a drift of the core's FMA
+throughput between calibration and the experiment (a short peak probe at its start), which reveals
+frequency changes a VM cannot otherwise see.
+"""
+
+from __future__ import annotations
+
+import resource
+import time
+from dataclasses import dataclass
+
+import psutil
+
+
+@dataclass(frozen=True)
+class SanityConfig:
+    max_cov: float = 0.05  # flag a row whose repetitions vary more than this (std / mean)
+    max_core_busy: float = 20.0  # % of the pinned core used by other processes while the kernel ran
+    max_peak_drift: float = 0.10  # relative change of the probed peak against the calibrated one
+    probe: bool = True  # run the peak probe (about 0.1 s per experiment)
+
+
+def _busy_seconds(cpu: int) -> float:
+    t = psutil.cpu_times(percpu=True)[cpu]
+    return (
+        t.user
+        + t.nice
+        + t.system
+        + getattr(t, "irq", 0.0)
+        + getattr(t, "softirq", 0.0)
+        + getattr(t, "steal", 0.0)
+    )
+
+
+def _children_seconds() -> float:
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+class CoreWatch:
+    """% of a core used by *other* processes while a child (the driver) ran on it.
+
+    The core's busy time minus the CPU time of this process's finished children, over the wall time.
+    Coarse (the kernel counts in ticks), so meant for flags above ~10%, not for corrections.
+    """
+
+    def __init__(self, cpu: int):
+        self.cpu = cpu
+        self.other_pct = 0.0
+
+    def __enter__(self) -> CoreWatch:
+        self._busy, self._child, self._wall = _busy_seconds(self.cpu), _children_seconds(), time.monotonic()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        wall = time.monotonic() - self._wall
+        other = (_busy_seconds(self.cpu) - self._busy) - (_children_seconds() - self._child)
+        self.other_pct = max(0.0, 100.0 * other / wall) if wall > 0.05 else 0.0
+
+
+def drift_flags(cfg: SanityConfig, calibrated: float | None, probed: list[float]) -> list[str]:
+    """Flag for every row of an experiment whose peak probe disagrees with the calibration."""
+    flags = []
+    if calibrated and probed:
+        drift = max(abs(p - calibrated) / calibrated for p in probed)
+        if drift > cfg.max_peak_drift:
+            values = ", ".join(f"{p:.1f}" for p in probed)
+            flags.append(
+                f"peak drift: probe {values} GFLOP/s vs calibrated {calibrated:.1f} "
+                f"({100 * drift:.0f}% > {100 * cfg.max_peak_drift:g}%)"
+            )
+    return flags
+
+
+def row_flags(cfg: SanityConfig, cov: float | None, other_pct: float) -> list[str]:
+    flags = []
+    if cov is not None and cov == cov and cov > cfg.max_cov:
+        flags.append(f"noisy: CoV {cov:.3f} > {cfg.max_cov:g}")
+    if other_pct > cfg.max_core_busy:
+        flags.append(f"busy core: {other_pct:.0f}% used by other processes during the run")
+    return flags

@@ -1,0 +1,54 @@
+"""Measurement-sanity flags: noisy repetitions, a busy pinned core, a peak that drifted."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from harness.sanity import CoreWatch, SanityConfig, drift_flags, row_flags
+
+CFG = SanityConfig(max_cov=0.05, max_core_busy=20, max_peak_drift=0.10)
+
+
+def spin(cpu: int, seconds: float) -> list[str]:
+    """A Python process that pins itself to ``cpu`` and spins for ``seconds``."""
+    code = (
+        f"import os, time\nos.sched_setaffinity(0, {{{cpu}}})\n"
+        f"t = time.time()\nwhile time.time() - t < {seconds}: pass"
+    )
+    return [sys.executable, "-c", code]
+
+
+def test_noisy_rows_are_flagged() -> None:
+    assert row_flags(CFG, 0.01, 0.0) == []
+    (flag,) = row_flags(CFG, 0.2, 0.0)
+    assert flag.startswith("noisy: CoV 0.200")
+    assert row_flags(CFG, float("nan"), 0.0) == []
+
+
+def test_peak_drift_is_flagged() -> None:
+    assert drift_flags(CFG, 100.0, [97.0]) == []
+    (flag,) = drift_flags(CFG, 100.0, [80.0])
+    assert "peak drift" in flag and "80.0" in flag and "20%" in flag
+    assert drift_flags(CFG, None, [80.0]) == []
+
+
+def test_another_process_on_the_pinned_core_is_seen() -> None:
+    cpu = max(os.sched_getaffinity(0))
+    hog = subprocess.Popen(spin(cpu, 3))
+    try:
+        with CoreWatch(cpu) as watch:
+            subprocess.run(["sleep", "1"], check=True)
+    finally:
+        hog.kill()
+        hog.wait()
+    assert watch.other_pct > 50, watch.other_pct
+    assert any("busy core" in f for f in row_flags(CFG, 0.0, watch.other_pct))
+
+
+def test_a_child_on_the_core_is_not_counted_as_another_process() -> None:
+    cpu = max(os.sched_getaffinity(0))
+    with CoreWatch(cpu) as watch:
+        subprocess.run(spin(cpu, 1), check=True)
+    assert watch.other_pct < 50, watch.other_pct
