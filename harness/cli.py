@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +33,35 @@ class UsageError(Exception):
 def _fail(message: str) -> None:
     print(f"harness: error: {message}", file=sys.stderr)
     sys.exit(2)
+
+
+CHOICES: dict[str, tuple[object, ...]] = {
+    "timing.mode": ("hot", "cold"),
+    "timing.cold_method": ("clflushopt", "sweep"),
+    "check.init": ("integers", "uniform"),
+    "codegen.hoist": (True, False),
+    "codegen.fma": (True, False),
+}
+
+
+def _check_choices(c: dict[str, Any]) -> None:
+    """Values with a closed set of choices, and tools that must exist, named by their config key."""
+    from kernels.baselines import BLAS
+
+    for key, allowed in CHOICES.items():
+        section, name = key.split(".")
+        value = c[section][name]
+        if value not in allowed:
+            raise UsageError(f"{key}={value!r} is not allowed; allowed: {', '.join(map(str, allowed))}")
+    for backend in c["counters"]["backends"]:
+        if backend not in ("papi", "perf_event"):
+            raise UsageError(f"counters.backends: unknown backend {backend!r}; allowed: papi, perf_event")
+    for name in c.get("baselines") or c["space"].get("baselines") or []:
+        if name not in BLAS:
+            raise UsageError(f"baselines: unknown library {name!r}; allowed: {', '.join(sorted(BLAS))}")
+    cc = c["compiler"]["cc"]
+    if shutil.which(cc) is None:
+        raise UsageError(f"compiler.cc={cc!r} is not installed (not on PATH); e.g. compiler=gcc")
 
 
 def build_experiment(cfg: Any) -> Any:
@@ -57,6 +88,7 @@ def build_experiment(cfg: Any) -> Any:
         target = m.best_isa or "avx2"
     if target not in ("avx2", "avx512"):
         raise UsageError(f"target must be auto, avx2 or avx512, got {target!r}")
+    _check_choices(c)
     base_opts = {"target": target, **c["codegen"]}
     space = c["space"]
     if c.get("scheme"):
@@ -129,6 +161,9 @@ def _hydra_main(command: str) -> None:
         except (SchemeError, OperatorError, UsageError, BaselineUnavailable, ValueError, KeyError) as exc:
             _fail(str(exc).strip("'\""))
             return
+        except Exception:  # a bug of ours, not the user's: keep the traceback, distinct exit status
+            traceback.print_exc()
+            sys.exit(3)
         for r in rows:
             perf = (
                 f"{r['gflops_median']:.1f} GFLOP/s, {r['pct_peak_median']:.1f}% of peak"
@@ -152,6 +187,20 @@ def quote_schemes(args: list[str]) -> list[str]:
     return out
 
 
+def check_group_choices(args: list[str]) -> None:
+    """``workload=nope`` -> one line naming the group and its allowed values (before Hydra composes)."""
+    for a in args:
+        key, sep, value = a.partition("=")
+        group = key.lstrip("+~")
+        folder = SWEEPS_DIR if group == "sweeps" else CONF_DIR / group
+        if not sep or "." in group or not folder.is_dir() or value.startswith(("'", '"')):
+            continue
+        allowed = sorted(p.stem for p in folder.glob("*.yaml"))
+        for choice in value.split(","):  # a multirun sweeps several choices
+            if choice not in allowed:
+                _fail(f"unknown {group} {choice!r}; allowed: {', '.join(allowed)}")
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in COMMANDS:
@@ -159,8 +208,13 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(0 if argv and argv[0] in ("-h", "--help") else 2)
     command, rest = argv[0], argv[1:]
     if command in ("run", "show"):
+        check_group_choices(rest)
         sys.argv = [f"harness {command}", *quote_schemes(rest), f"hydra.searchpath=[file://{ROOT}]"]
-        _hydra_main(command)
+        try:
+            _hydra_main(command)
+        except SystemExit as exc:
+            # Hydra exits 1 after printing a config/override error: that is bad input, status 2
+            sys.exit(2 if exc.code == 1 else exc.code)
         return
     parser = argparse.ArgumentParser(prog=f"harness {command}")
     parser.add_argument("--results", type=Path, default=Path("results"))

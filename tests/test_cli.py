@@ -47,6 +47,13 @@ def test_show_prints_the_generated_c(tmp_path: Path) -> None:
         (["workload.sizes.i=-3", "scheme=[R_i, R_j, R_k]"], "must be a positive integer"),
         (["target=neon", "scheme=[R_i, R_j, R_k]"], "target must be"),
         (["op.name=winograd"], "unknown operator"),
+        (["workload=resnet9000"], "unknown workload 'resnet9000'; allowed: "),
+        (["space=quick_conv,nope"], "unknown space 'nope'; allowed: "),
+        (["timing.mode=warm"], "timing.mode='warm' is not allowed; allowed: hot, cold"),
+        (["compiler.cc=no-such-cc"], "compiler.cc='no-such-cc' is not installed"),
+        (["baselines=[blis9]"], "unknown library 'blis9'; allowed: "),
+        (["counters.backends=[pmu]"], "unknown backend 'pmu'"),
+        (["check.init=gaussian"], "check.init='gaussian' is not allowed"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(tmp_path: Path, args: list[str], needle: str) -> None:
@@ -55,6 +62,13 @@ def test_bad_input_exits_2_with_one_line(tmp_path: Path, args: list[str], needle
     lines = [ln for ln in out.stderr.splitlines() if ln.startswith("harness: error:")]
     assert len(lines) == 1 and needle in lines[0], out.stderr
     assert not (tmp_path / "rows").exists()
+    assert "Traceback" not in out.stderr
+
+
+def test_unknown_config_key_is_bad_input(tmp_path: Path) -> None:
+    out = harness("run", "workload=matmul_small", "no_such_key=3", f"results_dir={tmp_path}")
+    assert out.returncode == 2
+    assert "no_such_key" in out.stderr and "Traceback" not in out.stderr
 
 
 def test_run_stores_checked_rows_and_resumes(tmp_path: Path) -> None:
