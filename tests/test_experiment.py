@@ -21,6 +21,10 @@ BROKEN = {
     "garbage": HEAD + "t[0][0] = 1e30f; return 0; }",
     "syntax": HEAD + "return oops; }",
     "nonzero": HEAD + "return 7; }",
+    # takes memory until the driver's limit stops it (malloc fails -> abort)
+    "oom": "#include <stdlib.h>\n#include <string.h>\n"
+    + HEAD
+    + "for (;;) { char *p = malloc(1 << 26); if (!p) abort(); memset(p, 1, 1 << 26); } return 0; }",
 }
 
 
@@ -45,7 +49,7 @@ def test_failures_are_recorded_and_the_sweep_goes_on(
         w,
         cands,
         timing=FAST_TIMING,
-        limits=RunLimits(timeout_s=3),
+        limits=RunLimits(timeout_s=3, memory_bytes=1 << 30),
         results_dir=tmp_path,
         cache_root=shared_cache,
     )
@@ -55,6 +59,7 @@ def test_failures_are_recorded_and_the_sweep_goes_on(
     assert rows["garbage"]["status"] == "wrong" and rows["garbage"]["check_passed"] is False
     assert rows["syntax"]["status"] == "compile_error" and "oops" in rows["syntax"]["reason"]
     assert rows["nonzero"]["status"] == "kernel_error"
+    assert rows["oom"]["status"] == "crash" and "SIGABRT" in rows["oom"]["reason"]
     assert rows[GOOD]["status"] == "ok"
     df = store.load(tmp_path, "fail")
     assert len(df) == len(cands)
