@@ -41,6 +41,7 @@ CHOICES: dict[str, tuple[object, ...]] = {
     "check.init": ("integers", "uniform"),
     "codegen.hoist": (True, False),
     "codegen.fma": (True, False),
+    "codegen.partial": ("none", "masked"),
 }
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from kernels.operators import Operator, make_operator
 
 TARGETS = ("avx512", "avx2")
-DEFAULT_OPTIONS: dict[str, object] = {"hoist": True, "fma": True}
+DEFAULT_OPTIONS: dict[str, object] = {"hoist": True, "fma": True, "partial": "none"}
 
 
 def content_hash(obj: object, n: int = 16) -> str:

@@ -11,7 +11,7 @@ every block).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from kernels.candidate import Candidate, KernelSource, Workload
@@ -22,11 +22,30 @@ from kernels.targets import Target, get_target
 LOOP_ATOMS = ("R", "T", "Texct", "Tvar", "Texctg")
 
 
-def analyze_for(scheme_text: str | list, workload: Workload, target: Target) -> Analysis:
-    """Legality of a scheme on a workload for a target (lanes decide the V footprint)."""
+PARTIAL_MODES = ("none", "masked")
+
+
+def analyze_for(
+    scheme_text: str | list, workload: Workload, target: Target, partial: str = "none"
+) -> Analysis:
+    """Legality of a scheme on a workload for a target (lanes decide the V footprint).
+
+    ``partial="masked"`` lets the microkernel (U, V) take a remainder: masked lanes on the vector
+    dimension, a switch between complete smaller microkernels on the others.
+    """
+    if partial not in PARTIAL_MODES:
+        raise ValueError(f"codegen.partial={partial!r} is not allowed; allowed: {', '.join(PARTIAL_MODES)}")
     op = workload.op
     stride1 = {d: [(t.tensor, t.stride1_dim()) for t in op.tensors if d in t.dims()] for d in op.dims}
-    an = analyze(scheme_text, op.dims, workload.size, target.lanes, stride1, op.output.dims())
+    an = analyze(
+        scheme_text,
+        op.dims,
+        workload.size,
+        target.lanes,
+        stride1,
+        op.output.dims(),
+        partial=partial == "masked",
+    )
     if an.vector_dim is not None and an.vector_dim in op.reduction_dims:
         v = an.scheme[-1]
         raise SchemeError(
@@ -84,7 +103,9 @@ class _Gen:
     lines: list[str] = field(default_factory=list)
     depth: int = 1
     counters: dict[str, int] = field(default_factory=dict)
-    acc_scope: dict[int, str] | None = None  # output offset -> accumulator name, when hoisted
+    acc_scope: dict[int, tuple[str, int]] | None = None  # output offset -> (accumulator, vector offset)
+    masks: dict[int, str] = field(default_factory=dict)  # vector offset -> mask of a partial vector tile
+    masks_used: bool = False
 
     def __post_init__(self) -> None:
         self.strides = [_strides(t.shape(self.workload.size)) for t in self.op.tensors]
@@ -172,7 +193,10 @@ class _Gen:
         return f"{base} + {value}"
 
     # -- basic block -----------------------------------------------------------------------------
-    def unroll_combos(self, binding: Mapping[str, int]) -> list[dict[str, int]]:
+    def unroll_combos(
+        self, binding: Mapping[str, int], env: Mapping[str, tuple[str, int | str]]
+    ) -> list[dict[str, int]]:
+        """Offsets of every unrolled copy, without the copies a static partial extent leaves out."""
         factors: list[tuple[str, list[int]]] = []
         for p in range(self.an.unroll_start, len(self.an.scheme)):
             a = self.an.scheme[p]
@@ -185,81 +209,164 @@ class _Gen:
             off: dict[str, int] = {}
             for (d, _), v in zip(factors, values, strict=True):
                 off[d] = off.get(d, 0) + v
-            combos.append(off)
+            if all(not isinstance(env[d][1], int) or v < env[d][1] for d, v in off.items()):
+                combos.append(off)
         return combos
 
-    def output_offsets(self, binding: Mapping[str, int]) -> list[int]:
-        out, strides = self.op.output, self.strides[0]
-        seen: dict[int, None] = {}
-        for off in self.unroll_combos(binding):
-            seen[_const_offset(out, strides, off)] = None
-        return list(seen)
+    def unroll_footprint(self, d: str, binding: Mapping[str, int]) -> int:
+        """Elements of ``d`` one full microkernel covers (1 if d is not unrolled)."""
+        pos = [p for p in range(self.an.unroll_start, len(self.an.scheme)) if self.an.scheme[p].dim == d]
+        return self.an.footprint(pos[0], binding) if pos else 1
 
-    def declare_accumulators(
-        self, env: Mapping[str, tuple[str, int | str]], binding: Mapping[str, int]
-    ) -> dict[int, str]:
-        out = self.op.output
-        base = _linear(out, self.strides[0], {d: b for d, (b, _) in env.items()})
-        self.line(f"float *restrict po = {out.tensor} + {base};")
-        accs: dict[int, str] = {}
-        for off in self.output_offsets(binding):
-            name = f"acc{len(accs)}"
-            accs[off] = name
-            load = f"{self.target.load}(po + {off})" if self.uses_vector(out) else f"po[{off}]"
-            self.line(f"{self.ctype} {name} = {load};")
-        return accs
-
-    def store_accumulators(self, accs: Mapping[int, str]) -> None:
-        for off, name in accs.items():
-            if self.uses_vector(self.op.output):
-                self.line(f"{self.target.store}(po + {off}, {name});")
-            else:
-                self.line(f"po[{off}] = {name};")
-
-    def emit_hoisted(self, pos: int, env: dict[str, tuple[str, int | str]], binding: dict[str, int]) -> None:
-        self.line("{  /* output accumulators kept in registers across the reduction loops below */")
-        self.depth += 1
-        accs = self.declare_accumulators(env, binding)
-        self.acc_scope = accs
-        hoist_at, self.hoist_at = self.hoist_at, None
-        self.emit(pos, env, binding)
-        self.hoist_at = hoist_at
-        self.acc_scope = None
-        self.store_accumulators(accs)
-        self.depth -= 1
+    def with_static_extents(
+        self,
+        env: dict[str, tuple[str, int | str]],
+        binding: dict[str, int],
+        dims: list[str],
+        then: Callable[[dict[str, tuple[str, int | str]]], None],
+    ) -> None:
+        """Partial microkernels, selected outside the block so blocks stay branch-free (thesis Fig 5.4):
+        on an unrolled dimension one straight-line version per possible extent (a switch); on the
+        vector dimension a full version and a masked one."""
+        vdim = self.an.vector_dim
+        if vdim in dims and isinstance(env[vdim][1], str):
+            # the common full tile runs unmasked; only the remainder pays for masked loads and stores
+            base, extent = env[vdim]
+            full = self.unroll_footprint(vdim, binding)
+            rest = [d for d in dims if d != vdim]
+            self.line(f"if ({extent} == {full}) {{")
+            self.depth += 1
+            self.with_static_extents({**env, vdim: (base, full)}, binding, rest, then)
+            self.depth -= 1
+            self.line("} else {")
+            self.depth += 1
+            self.with_static_extents(env, binding, rest, then)
+            self.depth -= 1
+            self.line("}")
+            return
+        todo = [d for d in dims if isinstance(env[d][1], str) and d != vdim]
+        if not todo:
+            then(env)
+            return
+        d = todo[0]
+        base, extent = env[d]
+        self.line(f"switch ({extent}) {{")
+        for k in range(1, self.unroll_footprint(d, binding) + 1):
+            self.line(f"case {k}: {{")
+            self.depth += 1
+            self.with_static_extents({**env, d: (base, k)}, binding, todo[1:], then)
+            self.depth -= 1
+            self.line("} break;")
         self.line("}")
 
-    def emit_block(self, env: Mapping[str, tuple[str, int | str]], binding: Mapping[str, int]) -> None:
+    def unrolled_dims(self) -> list[str]:
+        return list(dict.fromkeys(a.dim for a in self.an.scheme[self.an.unroll_start :] if a.dim))  # type: ignore[misc]
+
+    def open_region(
+        self, env: Mapping[str, tuple[str, int | str]], binding: Mapping[str, int]
+    ) -> tuple[dict[int, tuple[str, int]], dict[int, str]]:
+        """Output pointer, masks of a partial vector tile, and one accumulator per output vector."""
+        t, out = self.target, self.op.output
+        base = _linear(out, self.strides[0], {d: b for d, (b, _) in env.items()})
+        self.line(f"float *restrict po = {out.tensor} + {base};")
+        combos = self.unroll_combos(binding, env)
+        masks: dict[int, str] = {}
+        vdim = self.an.vector_dim
+        if self.vectorized and vdim is not None:
+            extent = env[vdim][1]
+            for voff in dict.fromkeys(c.get(vdim, 0) for c in combos):
+                if isinstance(extent, int) and extent - voff >= t.lanes:
+                    continue
+                valid = (
+                    str(min(t.lanes, extent - voff))
+                    if isinstance(extent, int)
+                    else f"MIN({t.lanes}, MAX(0, {extent} - {voff}))"
+                )
+                masks[voff] = f"mk{len(masks)}"
+                self.line(f"const {t.mask_type} {masks[voff]} = {t.mask_make.format(n=valid)};")
+        self.masks = masks
+        self.masks_used = self.masks_used or bool(masks)
+        accs: dict[int, tuple[str, int]] = {}
+        for off in combos:
+            key = _const_offset(out, self.strides[0], off)
+            if key in accs:
+                continue
+            name = f"acc{len(accs)}"
+            accs[key] = (name, off.get(vdim, 0) if vdim else 0)  # type: ignore[arg-type]
+            load = self.load(out, "po", key, accs[key][1])
+            self.line(f"{self.ctype} {name} = {load};")
+        return accs, masks
+
+    def load(self, acc: Access, ptr: str, offset: int, voff: int) -> str:
+        t = self.target
+        if self.uses_vector(acc):
+            if voff in self.masks:
+                return t.masked_load.format(p=f"{ptr} + {offset}", m=self.masks[voff])
+            return f"{t.load}({ptr} + {offset})"
+        if self.vectorized:
+            return f"{t.set1}({ptr}[{offset}])"
+        return f"{ptr}[{offset}]"
+
+    def store_accumulators(self, accs: Mapping[int, tuple[str, int]]) -> None:
+        t = self.target
+        for off, (name, voff) in accs.items():
+            if not self.uses_vector(self.op.output):
+                self.line(f"po[{off}] = {name};")
+            elif voff in self.masks:
+                self.line(t.masked_store.format(p=f"po + {off}", m=self.masks[voff], v=name) + ";")
+            else:
+                self.line(f"{t.store}(po + {off}, {name});")
+
+    def emit_hoisted(self, pos: int, env: dict[str, tuple[str, int | str]], binding: dict[str, int]) -> None:
+        out_dims = [d for d in self.unrolled_dims() if d in self.op.output.dims()]
+
+        def region(env: dict[str, tuple[str, int | str]]) -> None:
+            self.line("{  /* output accumulators kept in registers across the reduction loops below */")
+            self.depth += 1
+            accs, masks = self.open_region(env, binding)
+            self.acc_scope = accs
+            hoist_at, self.hoist_at = self.hoist_at, None
+            self.emit(pos, env, binding)
+            self.hoist_at = hoist_at
+            self.acc_scope, self.masks = None, masks
+            self.store_accumulators(accs)
+            self.depth -= 1
+            self.line("}")
+
+        self.with_static_extents(env, binding, out_dims, region)
+
+    def emit_block(self, env: dict[str, tuple[str, int | str]], binding: dict[str, int]) -> None:
+        self.with_static_extents(
+            env, binding, self.unrolled_dims(), lambda e: self.emit_static_block(e, binding)
+        )
+
+    def emit_static_block(self, env: Mapping[str, tuple[str, int | str]], binding: Mapping[str, int]) -> None:
         t = self.target
         self.line("{")
         self.depth += 1
         bases = {d: b for d, (b, _) in env.items()}
         accs = self.acc_scope
         if accs is None:
-            accs = self.declare_accumulators(env, binding)
+            accs, _ = self.open_region(env, binding)
         ptrs = []
         for n, (acc, strides) in enumerate(zip(self.op.inputs, self.strides[1:], strict=True)):
             ptr = f"p{n}"
             self.line(f"const float *restrict {ptr} = {acc.tensor} + {_linear(acc, strides, bases)};")
             ptrs.append(ptr)
+        vdim = self.an.vector_dim
         # operands are loaded where first used, so live ranges stay short (the register file is small)
         operands: dict[tuple[int, int], str] = {}
-        for off in self.unroll_combos(binding):
+        for off in self.unroll_combos(binding, env):
             names = []
             for n, (acc, strides) in enumerate(zip(self.op.inputs, self.strides[1:], strict=True)):
                 key = (n, _const_offset(acc, strides, off))
                 if key not in operands:
                     name = f"{'ab'[n]}{len([k for k in operands if k[0] == n])}"
-                    if self.uses_vector(acc):
-                        expr = f"{t.load}({ptrs[n]} + {key[1]})"
-                    elif self.vectorized:
-                        expr = f"{t.set1}({ptrs[n]}[{key[1]}])"
-                    else:
-                        expr = f"{ptrs[n]}[{key[1]}]"
+                    expr = self.load(acc, ptrs[n], key[1], off.get(vdim, 0) if vdim else 0)  # type: ignore[arg-type]
                     self.line(f"const {self.ctype} {name} = {expr};")
                     operands[key] = name
                 names.append(operands[key])
-            acc_name = accs[_const_offset(self.op.output, self.strides[0], off)]
+            acc_name = accs[_const_offset(self.op.output, self.strides[0], off)][0]
             a, b = names
             if not self.vectorized:
                 self.line(f"{acc_name} += {a} * {b};")
@@ -304,6 +411,8 @@ def generate(
         f"/* target   : {target.name} ({target.lanes} lanes), fma={fma}, hoist={hoist} */",
         "#include <immintrin.h>",
         "#define MIN(a, b) ((a) < (b) ? (a) : (b))",
+        "#define MAX(a, b) ((a) > (b) ? (a) : (b))",
+        *([target.prelude] if gen.masks_used and target.prelude else []),
         "",
         "int kernel(float *const *tensors, void *workspace) {",
         "  (void)workspace;",
@@ -316,7 +425,7 @@ def generate(
 
 def render_scheme(candidate: Candidate, workload: Workload) -> KernelSource:
     target = get_target(str(candidate.option("target", "avx2")))
-    an = analyze_for(candidate.text, workload, target)
+    an = analyze_for(candidate.text, workload, target, str(candidate.option("partial", "none")))
     fma = bool(candidate.option("fma", True))
     code = generate(an, workload, target, hoist=bool(candidate.option("hoist", True)), fma=fma)
     # without FMA emission gcc would fuse the mul + add again (-ffp-contract=fast is its C default)

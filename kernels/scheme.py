@@ -22,6 +22,7 @@ from math import gcd
 LOOP_KINDS = ("R", "T", "Texct", "Tvar", "Texctg", "lambda_seq")
 UNROLL_KINDS = ("U", "Ul")
 VAR_KINDS = ("Texct", "Tvar", "Texctg")  # atoms that accept a variable extent
+PARTIAL_KINDS = ("U", "V")  # ... and, with partial microkernels, the microkernel's own atoms
 SIZED_KINDS = ("T", "U", "Texct", "Tvar", "Texctg")
 ALL_KINDS = ("R", "T", "U", "V", "Ul", "lambda_seq", "Texct", "Tvar", "Texctg", "ScalP")
 
@@ -196,6 +197,7 @@ class Analysis:
     vector_dim: str | None
     unroll_start: int  # index of the first atom of the unrolled suffix (U/Uλ/V)
     scalp_position: int | None
+    partial: bool = False  # partial microkernels allowed: U and V may receive a variable extent
 
     def chain(self, dim: str) -> list[int]:
         return [p for p, a in enumerate(self.scheme) if a.dim == dim]
@@ -247,6 +249,7 @@ def analyze(
     lanes: int,
     stride1: Mapping[str, Sequence[str]],
     output_dims: Sequence[str],
+    partial: bool = False,
 ) -> Analysis:
     """Check every legality rule of thesis §3 and return what codegen needs.
 
@@ -361,7 +364,7 @@ def analyze(
                     scalp_position,
                 )
 
-    analysis = Analysis(scheme, sizes, lanes, vector_dim, unroll_start, scalp_position)
+    analysis = Analysis(scheme, sizes, lanes, vector_dim, unroll_start, scalp_position, partial)
     for binding in _lambda_bindings(scheme):
         _check_extents(analysis, dims, binding)
     return analysis
@@ -390,7 +393,7 @@ def _check_extents(an: Analysis, dims: Sequence[str], binding: Mapping[str, int]
                         scheme[p],
                         p,
                     )
-            if size % gran:
+            if size % gran and not an.partial:
                 raise SchemeError(
                     "granularity",
                     f"the size of {d} ({size}) is not a multiple of the tile below it ({gran})",
@@ -403,6 +406,8 @@ def _check_extents(an: Analysis, dims: Sequence[str], binding: Mapping[str, int]
             raise SchemeError(
                 "coverage", f"footprint {fp} is smaller than {d} ({size}); add R_{d} above", top, chain[0]
             )
+        if an.partial and top.kind in PARTIAL_KINDS and fp >= size:
+            continue  # a single partial microkernel covers the whole (smaller) dimension
         if top.kind not in ("R", "Texct") and fp != size:
             raise SchemeError(
                 "divisibility",
@@ -440,12 +445,14 @@ def walk_dim(an: Analysis, d: str, binding: Mapping[str, int]) -> dict[int, Loop
             nxt_exact, nxt_val = False, gcd(val, step)
         inner = [q for q in an.chain(d) if q > p]
         child = scheme[inner[0]] if inner else None
-        if not nxt_exact and (child is None or child.kind not in VAR_KINDS):
+        accepts_var = VAR_KINDS + (PARTIAL_KINDS if an.partial else ())
+        if not nxt_exact and (child is None or child.kind not in accepts_var):
             what = f"the size of {d} ({val})" if exact else f"its variable extent on {d}"
             raise SchemeError(
                 "divisibility",
                 f"{what} is not a multiple of the tile below ({step} elements) and the next atom "
-                f"{child.text() if child else '(none)'} has a fixed size; use Texct/Tvar for partial tiles",
+                f"{child.text() if child else '(none)'} has a fixed size; use Texct/Tvar for partial tiles "
+                "or partial microkernels (codegen.partial=masked)",
                 a,
                 p,
             )

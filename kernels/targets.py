@@ -1,5 +1,7 @@
 """Vector targets as data: lanes, register file and the intrinsics the code generator emits."""
 
+# fmt: off
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -17,34 +19,33 @@ class Target:
     fmadd: str
     mul: str
     add: str
+    # partial vector tiles: a mask of ``n`` valid lanes, and masked load / store (format strings)
+    mask_type: str
+    mask_make: str
+    masked_load: str
+    masked_store: str
+    prelude: str = ""  # file-scope declarations the masks need
 
 
 TARGETS: dict[str, Target] = {
     "avx512": Target(
-        "avx512",
-        16,
-        32,
-        "__m512",
-        "_mm512_loadu_ps",
-        "_mm512_storeu_ps",
-        "_mm512_set1_ps",
-        "_mm512_fmadd_ps",
-        "_mm512_mul_ps",
-        "_mm512_add_ps",
+        name="avx512", lanes=16, registers=32, vtype="__m512",
+        load="_mm512_loadu_ps", store="_mm512_storeu_ps", set1="_mm512_set1_ps",
+        fmadd="_mm512_fmadd_ps", mul="_mm512_mul_ps", add="_mm512_add_ps",
+        mask_type="__mmask16", mask_make="(__mmask16)((1u << ({n})) - 1u)",
+        masked_load="_mm512_maskz_loadu_ps({m}, {p})", masked_store="_mm512_mask_storeu_ps({p}, {m}, {v})",
     ),
     "avx2": Target(
-        "avx2",
-        8,
-        16,
-        "__m256",
-        "_mm256_loadu_ps",
-        "_mm256_storeu_ps",
-        "_mm256_set1_ps",
-        "_mm256_fmadd_ps",
-        "_mm256_mul_ps",
-        "_mm256_add_ps",
+        name="avx2", lanes=8, registers=16, vtype="__m256",
+        load="_mm256_loadu_ps", store="_mm256_storeu_ps", set1="_mm256_set1_ps",
+        fmadd="_mm256_fmadd_ps", mul="_mm256_mul_ps", add="_mm256_add_ps",
+        # no mask registers: an integer vector whose lane sign bits select, cut from a table
+        mask_type="__m256i", mask_make="_mm256_loadu_si256((const __m256i *)(ttile_lanes + 8 - ({n})))",
+        masked_load="_mm256_maskload_ps({p}, {m})", masked_store="_mm256_maskstore_ps({p}, {m}, {v})",
+        prelude="static const int ttile_lanes[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};",  # noqa: E501
     ),
 }
+# fmt: on
 
 
 def get_target(name: str) -> Target:

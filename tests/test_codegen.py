@@ -18,6 +18,7 @@ from harness.check import CheckConfig
 from harness.machine import detect
 from kernels.candidate import Candidate, Workload, render
 from kernels.codegen import analyze_for
+from kernels.scheme import SchemeError
 from kernels.targets import get_target
 from tests.conftest import HOST_TARGET, run_candidates, scheme
 
@@ -370,3 +371,55 @@ def test_fma_switch(target: str) -> None:
     assert without.count(t.mul) == without.count(t.add) == 6
     scalar = "\n".join(_lines("[R_i, R_j, R_k]", w, target, fma=True))
     assert "fmadd" not in scalar and "+=" in scalar
+
+
+# -- partial microkernels (codegen.partial=masked) -------------------------------------------------------
+PARTIAL_CASES = [
+    ("[R_j, R_i, T_{16,k}, U_{6,i}, U_{2,j}, V_j]", mm(13, 2 * L + 5, 16)),  # remainders on i and j
+    ("[R_j, R_i, T_{8,k}, U_{6,i}, U_{2,j}, V_j]", mm(50, 4 * L, 8)),  # Fig 5.6 shape: I = 50 = 8 x 6 + 2
+    ("[R_i, R_k, R_j, V_j]", mm(3, 5, 4)),  # a vector longer than the dimension
+    ("[R_j, R_k, U_{6,i}, U_{2,j}, V_j]", mm(4, 2 * L + 3, 3)),  # one partial microkernel covers i
+    ("[R_j, R_k, R_i, Texct_{20,i}, Tvar_{8,i}, U_{4,i}, V_j]", mm(50, L, 5)),  # granularity relaxed
+    ("[R_k, R_h, R_w, R_r, R_s, R_c, U_{6,w}, U_{2,k}, V_k]", conv(2, h=3, w=11, k=2 * L + 3, c=3, r=3, s=3)),
+]
+
+
+@pytest.mark.parametrize("hoist", [True, False])
+def test_partial_microkernels_equal_the_reference(hoist: bool, tmp_path: Path, shared_cache: Path) -> None:
+    for n, (text, w) in enumerate(PARTIAL_CASES):
+        with pytest.raises(SchemeError):  # without partial microkernels the remainders are illegal
+            analyze_for(text, w, get_target(HOST_TARGET))
+        assert_all_ok([scheme(text, partial="masked", hoist=hoist)], w, tmp_path / str(n), shared_cache)
+
+
+def test_random_non_divisible_shapes_with_partial_microkernels(tmp_path: Path, shared_cache: Path) -> None:
+    rng = random.Random(11)
+    cands, shapes = [], []
+    for n in range(6):
+        i, j, k = rng.randint(1, 30), rng.randint(1, 3 * L), rng.randint(1, 9)
+        ui, uj = rng.randint(1, 6), rng.randint(1, 2)
+        text = f"[R_j, R_i, R_k, U_{{{ui},i}}, U_{{{uj},j}}, V_j]"
+        shapes.append(mm(i, j, k))
+        cands.append(scheme(text, partial="masked", hoist=bool(n % 2)))
+    for n, (c, w) in enumerate(zip(cands, shapes, strict=True)):
+        assert_all_ok([c], w, tmp_path / str(n), shared_cache)
+
+
+@pytest.mark.parametrize("target", ["avx2", "avx512"])
+def test_masked_code_uses_the_target_masks_and_compiles(target: str) -> None:
+    t = get_target(target)
+    w = mm(13, 2 * t.lanes + 5, 16)
+    code = render(
+        Candidate("scheme", PARTIAL_CASES[0][0], (("partial", "masked"), ("target", target))), w
+    ).code
+    assert (
+        t.mask_type in code and t.masked_load.split("(")[0] in code and t.masked_store.split("(")[0] in code
+    )
+    assert "switch (e_i_" in code  # remainders of the unrolled i: one complete microkernel per size
+    assert f"== {2 * t.lanes}) {{" in code  # the full vector tile keeps unmasked loads
+    assert compile_only(code, target).ok
+
+
+def test_partial_option_is_validated() -> None:
+    with pytest.raises(ValueError, match="codegen.partial"):
+        analyze_for("[R_i, R_j, R_k]", mm(2, 2, 2), get_target("avx2"), partial="padded-ish")
