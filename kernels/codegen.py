@@ -16,13 +16,26 @@ from dataclasses import dataclass, field
 
 from kernels.candidate import Candidate, KernelSource, Workload
 from kernels.operators import Access, Operator
-from kernels.scheme import UNROLL_KINDS, Analysis, LoopStep, SchemeError, analyze, format_scheme, walk_dim
+from kernels.scheme import (
+    PACK_KINDS,
+    UNROLL_KINDS,
+    Analysis,
+    LoopStep,
+    SchemeError,
+    analyze,
+    format_scheme,
+    walk_dim,
+)
 from kernels.targets import Target, get_target
 
 LOOP_ATOMS = ("R", "T", "Texct", "Tvar", "Texctg")
 
 
 PARTIAL_MODES = ("none", "masked")
+
+
+def _plain_axes(t: Access) -> bool:
+    return all(len(ax) == 1 and ax[0][1] == 1 for ax in t.axes)
 
 
 def analyze_for(
@@ -45,6 +58,7 @@ def analyze_for(
         stride1,
         op.output.dims(),
         partial=partial == "masked",
+        tensors={t.tensor: t.dims() if _plain_axes(t) else None for t in op.tensors},
     )
     if an.vector_dim is not None and an.vector_dim in op.reduction_dims:
         v = an.scheme[-1]
@@ -91,6 +105,23 @@ def _const_offset(acc: Access, strides: list[int], offsets: Mapping[str, int]) -
     )
 
 
+@dataclass(frozen=True)
+class View:
+    """Where a tensor lives: a pointer, the stride of each of the tensor's axes, and the index each
+    dimension starts at (a packed buffer starts at the tile's origin)."""
+
+    ptr: str
+    strides: list[int]
+    origin: dict[str, str]
+
+    def address(self, acc: Access, bases: Mapping[str, str]) -> str:
+        rel = {d: (b if d not in self.origin else f"{b} - {self.origin[d]}") for d, b in bases.items()}
+        return f"{self.ptr} + {_linear(acc, self.strides, rel)}"
+
+    def offset(self, acc: Access, offsets: Mapping[str, int]) -> int:
+        return _const_offset(acc, self.strides, offsets)
+
+
 @dataclass
 class _Gen:
     an: Analysis
@@ -108,7 +139,10 @@ class _Gen:
     masks_used: bool = False
 
     def __post_init__(self) -> None:
-        self.strides = [_strides(t.shape(self.workload.size)) for t in self.op.tensors]
+        # how each tensor (ABI order) is addressed here: itself, or the buffer of an enclosing Pack
+        self.views = [View(t.tensor, _strides(t.shape(self.workload.size)), {}) for t in self.op.tensors]
+        self.nominal: dict[str, int] = {}  # variable extent -> its largest value
+        self.workspace_floats = 0
         self.walks: dict[tuple, dict[int, LoopStep]] = {}
 
     # -- helpers ---------------------------------------------------------------------------------
@@ -147,6 +181,9 @@ class _Gen:
         if a.kind == "ScalP":
             self.emit(pos + 1, env, binding)
             return
+        if a.kind in PACK_KINDS:
+            self.emit_pack(pos, env, binding)
+            return
         d = a.dim
         base, extent = env[d]  # type: ignore[index]
         if a.kind == "lambda_seq":
@@ -179,6 +216,7 @@ class _Gen:
         child_extent: int | str = step.step
         if step.child_variable:
             child_extent = f"e_{v}"
+            self.nominal[child_extent] = step.step
             self.line(f"const int {child_extent} = MIN({step.step}, {bound} - {v});")
         self.emit(pos + 1, {**env, d: (v, child_extent)}, binding)  # type: ignore[dict-item]
         self.depth -= 1
@@ -191,6 +229,60 @@ class _Gen:
         if value == 0:
             return base
         return f"{base} + {value}"
+
+    # -- packing (thesis §3.6) -------------------------------------------------------------------
+    def emit_pack(self, pos: int, env: dict[str, tuple[str, int | str]], binding: dict[str, int]) -> None:
+        """Copy the tensor's footprint under ``pos`` into a workspace buffer (laid out in the PackT order),
+        address it there below ``pos``, and copy it back if it is the output."""
+        a = self.an.scheme[pos]
+        n = next(i for i, t in enumerate(self.op.tensors) if t.tensor == a.tensor)
+        acc, src = self.op.tensors[n], self.views[n]
+        nominal = {d: e if isinstance(e, int) else self.nominal[e] for d, (_, e) in env.items()}
+        # buffer axes, innermost last: the tensor's own axes, or one per dimension in the PackT order
+        order = list(range(len(acc.axes))) if a.kind == "Pack" else [acc.dims().index(d) for d in a.dims]
+
+        def extent(axis: int, ext: Mapping[str, int | str]) -> int | str:
+            terms = [(c, ext[d]) for d, c in acc.axes[axis]]
+            if all(isinstance(e, int) for _, e in terms):
+                return sum(c * (e - 1) for c, e in terms) + 1  # type: ignore[operator]
+            return " + ".join(f"{c} * ({e} - 1)" for c, e in terms) + " + 1"
+
+        sizes = [extent(ax, nominal) for ax in order]
+        buf_strides = _strides(tuple(sizes))  # type: ignore[arg-type]
+        strides = [0] * len(acc.axes)
+        for pos_in_buf, ax in enumerate(order):
+            strides[ax] = buf_strides[pos_in_buf]
+        buf = f"buf{self.counters.get('#buf', 0)}"
+        self.counters["#buf"] = self.counters.get("#buf", 0) + 1
+        total = buf_strides[0] * sizes[0]  # type: ignore[operator]
+        self.line(f"{{  /* {a.text()}: {' x '.join(map(str, sizes))} floats */")
+        self.depth += 1
+        self.line(f"float *restrict {buf} = (float *)workspace + {self.workspace_floats};")
+        self.workspace_floats += -(-total // 16) * 16  # type: ignore[operator]  # 64-byte aligned buffers
+        bases = {d: b for d, (b, _) in env.items()}
+        origin = {d: bases[d] for d in acc.dims()}
+        loops = [f"pq{n}_{k}" for k in range(len(order))]
+        src_index = {ax: loops[order.index(ax)] for ax in range(len(acc.axes))}
+        src_addr = src.address(acc, bases)
+        src_off = " + ".join(f"{src_index[ax]} * {src.strides[ax]}" for ax in range(len(acc.axes)))
+        buf_off = " + ".join(f"{loops[k]} * {buf_strides[k]}" for k in range(len(order)))
+        actual = [extent(ax, {d: e for d, (_, e) in env.items()}) for ax in order]
+
+        def copy(assign: str) -> None:
+            for k, v in enumerate(loops):
+                self.line(f"for (int {v} = 0; {v} < {actual[k]}; {v}++)")
+                self.depth += 1
+            self.line(assign)
+            self.depth -= len(loops)
+
+        copy(f"{buf}[{buf_off}] = ({src_addr})[{src_off}];")
+        self.views[n] = View(buf, strides, origin)
+        self.emit(pos + 1, env, binding)
+        self.views[n] = src
+        if n == 0:
+            copy(f"({src_addr})[{src_off}] = {buf}[{buf_off}];")
+        self.depth -= 1
+        self.line("}")
 
     # -- basic block -----------------------------------------------------------------------------
     def unroll_combos(
@@ -267,8 +359,7 @@ class _Gen:
     ) -> tuple[dict[int, tuple[str, int]], dict[int, str]]:
         """Output pointer, masks of a partial vector tile, and one accumulator per output vector."""
         t, out = self.target, self.op.output
-        base = _linear(out, self.strides[0], {d: b for d, (b, _) in env.items()})
-        self.line(f"float *restrict po = {out.tensor} + {base};")
+        self.line(f"float *restrict po = {self.views[0].address(out, {d: b for d, (b, _) in env.items()})};")
         combos = self.unroll_combos(binding, env)
         masks: dict[int, str] = {}
         vdim = self.an.vector_dim
@@ -288,7 +379,7 @@ class _Gen:
         self.masks_used = self.masks_used or bool(masks)
         accs: dict[int, tuple[str, int]] = {}
         for off in combos:
-            key = _const_offset(out, self.strides[0], off)
+            key = self.views[0].offset(out, off)
             if key in accs:
                 continue
             name = f"acc{len(accs)}"
@@ -349,24 +440,24 @@ class _Gen:
         if accs is None:
             accs, _ = self.open_region(env, binding)
         ptrs = []
-        for n, (acc, strides) in enumerate(zip(self.op.inputs, self.strides[1:], strict=True)):
+        for n, acc in enumerate(self.op.inputs):
             ptr = f"p{n}"
-            self.line(f"const float *restrict {ptr} = {acc.tensor} + {_linear(acc, strides, bases)};")
+            self.line(f"const float *restrict {ptr} = {self.views[n + 1].address(acc, bases)};")
             ptrs.append(ptr)
         vdim = self.an.vector_dim
         # operands are loaded where first used, so live ranges stay short (the register file is small)
         operands: dict[tuple[int, int], str] = {}
         for off in self.unroll_combos(binding, env):
             names = []
-            for n, (acc, strides) in enumerate(zip(self.op.inputs, self.strides[1:], strict=True)):
-                key = (n, _const_offset(acc, strides, off))
+            for n, acc in enumerate(self.op.inputs):
+                key = (n, self.views[n + 1].offset(acc, off))
                 if key not in operands:
                     name = f"{'ab'[n]}{len([k for k in operands if k[0] == n])}"
                     expr = self.load(acc, ptrs[n], key[1], off.get(vdim, 0) if vdim else 0)  # type: ignore[arg-type]
                     self.line(f"const {self.ctype} {name} = {expr};")
                     operands[key] = name
                 names.append(operands[key])
-            acc_name = accs[_const_offset(self.op.output, self.strides[0], off)][0]
+            acc_name = accs[self.views[0].offset(self.op.output, off)][0]
             a, b = names
             if not self.vectorized:
                 self.line(f"{acc_name} += {a} * {b};")
@@ -397,7 +488,8 @@ def hoist_position(an: Analysis, op: Operator) -> int | None:
 
 def generate(
     an: Analysis, workload: Workload, target: Target, *, hoist: bool = True, fma: bool = True
-) -> str:
+) -> tuple[str, int]:
+    """C source of the kernel and the workspace bytes its packing buffers need."""
     op = workload.op
     hoist_at = hoist_position(an, op) if (hoist or an.scalp_position is not None) else None
     gen = _Gen(an, op, workload, target, an.vector_dim is not None, hoist_at, fma)
@@ -420,13 +512,14 @@ def generate(
     for n, t in enumerate(op.tensors):
         qual = "" if n == 0 else "const "
         head.append(f"  {qual}float *restrict {t.tensor} = tensors[{n}];")
-    return "\n".join([*head, *gen.lines, "  return 0;", "}", ""])
+    return "\n".join([*head, *gen.lines, "  return 0;", "}", ""]), 4 * gen.workspace_floats
 
 
 def render_scheme(candidate: Candidate, workload: Workload) -> KernelSource:
     target = get_target(str(candidate.option("target", "avx2")))
     an = analyze_for(candidate.text, workload, target, str(candidate.option("partial", "none")))
     fma = bool(candidate.option("fma", True))
-    code = generate(an, workload, target, hoist=bool(candidate.option("hoist", True)), fma=fma)
+    code, workspace = generate(an, workload, target, hoist=bool(candidate.option("hoist", True)), fma=fma)
     # without FMA emission gcc would fuse the mul + add again (-ffp-contract=fast is its C default)
-    return KernelSource(code=code, target=target.name, cflags=() if fma else ("-ffp-contract=off",))
+    flags = () if fma else ("-ffp-contract=off",)
+    return KernelSource(code=code, target=target.name, cflags=flags, workspace_bytes=workspace)

@@ -24,7 +24,8 @@ UNROLL_KINDS = ("U", "Ul")
 VAR_KINDS = ("Texct", "Tvar", "Texctg")  # atoms that accept a variable extent
 PARTIAL_KINDS = ("U", "V")  # ... and, with partial microkernels, the microkernel's own atoms
 SIZED_KINDS = ("T", "U", "Texct", "Tvar", "Texctg")
-ALL_KINDS = ("R", "T", "U", "V", "Ul", "lambda_seq", "Texct", "Tvar", "Texctg", "ScalP")
+PACK_KINDS = ("Pack", "PackT")
+ALL_KINDS = ("R", "T", "U", "V", "Ul", "lambda_seq", "Texct", "Tvar", "Texctg", "ScalP", *PACK_KINDS)
 
 
 class SchemeError(ValueError):
@@ -60,7 +61,8 @@ class Atom:
     dim: str | None = None
     size: int | None = None
     seq: tuple[tuple[int, int], ...] = ()  # λ_seq: (repetitions, unroll factor) pairs
-    dims: tuple[str, ...] = ()  # ScalP
+    dims: tuple[str, ...] = ()  # ScalP; PackT (the buffer's dimension order, innermost last)
+    tensor: str | None = None  # Pack, PackT
 
     def text(self, ascii_only: bool = False) -> str:
         lam = "lambda" if ascii_only else "λ"
@@ -73,6 +75,10 @@ class Atom:
             return f"{lam}_seq_{self.dim}.[{pairs}]"
         if self.kind == "ScalP":
             return f"ScalP[{','.join(self.dims)}]"
+        if self.kind == "Pack":
+            return f"Pack_{self.tensor}"
+        if self.kind == "PackT":
+            return f"PackT_{self.tensor}[{','.join(self.dims)}]"
         return f"{self.kind}_{{{self.size},{self.dim}}}"
 
 
@@ -85,6 +91,7 @@ _PLAIN = re.compile(r"^(R|V|Uλ|Ulambda|Ul)\s*_\s*" + _NAME + r"$")
 _LAMBDA = re.compile(r"^(?:λ|lambda)_?seq\s*_\s*" + _NAME + r"\s*\.?\s*\[(.*)\]$")
 _PAIR = re.compile(r"\(\s*(-?\d+)\s*,\s*(-?\d+)\s*\)")
 _SCALP = re.compile(r"^(?:ScalP|Scalpromd)\s*\[(.*)\]$")
+_PACK = re.compile(r"^(PackT|Pack)\s*_\s*([A-Za-z][A-Za-z0-9]*)\s*(?:\[(.*)\])?$")
 
 
 def _split_top(text: str) -> list[str]:
@@ -122,13 +129,20 @@ def parse_atom(text: str) -> Atom:
         if rest:
             raise SchemeError("syntax", f"cannot read the λ_seq list {body!r} (expected [(r,a),(r,a),...])")
         return Atom("lambda_seq", m.group(1), seq=pairs)
+    if m := _PACK.match(t):
+        dims = tuple(d.strip() for d in re.split(r"[,;]", m.group(3) or "") if d.strip())
+        if (m.group(1) == "PackT") != bool(dims):
+            raise SchemeError(
+                "syntax", f"{t!r}: PackT_X[d,...] lists the buffer's dimensions; Pack_X lists none"
+            )
+        return Atom(m.group(1), tensor=m.group(2), dims=dims)
     if m := _SCALP.match(t):
         dims = tuple(d.strip() for d in re.split(r"[,;]", m.group(1)) if d.strip())
         return Atom("ScalP", dims=dims)
     raise SchemeError(
         "syntax",
         f"cannot read atom {t!r}; expected one of R_d, V_d, T_{{a,d}}, U_{{a,d}}, Uλ_d, "
-        "λ_seq_d.[(r,a),...], Texct_{a,d}, Tvar_{a,d}, Texctg_{a,d}, ScalP[d,...]",
+        "λ_seq_d.[(r,a),...], Texct_{a,d}, Tvar_{a,d}, Texctg_{a,d}, ScalP[d,...], Pack_X, PackT_X[d,...]",
     )
 
 
@@ -140,8 +154,15 @@ def _atom_from_mapping(item: Mapping[str, object]) -> Atom:
     size = item.get("size")
     seq = tuple((int(r), int(a)) for r, a in item.get("seq", ()) or ())  # type: ignore[union-attr]
     dims = tuple(str(d) for d in item.get("dims", ()) or ())  # type: ignore[union-attr]
-    dim = item.get("dim")
-    return Atom(kind, None if dim is None else str(dim), None if size is None else int(size), seq, dims)  # type: ignore[arg-type]
+    dim, tensor = item.get("dim"), item.get("tensor")
+    return Atom(
+        kind,
+        None if dim is None else str(dim),
+        None if size is None else int(size),  # type: ignore[call-overload]
+        seq,
+        dims,
+        None if tensor is None else str(tensor),
+    )
 
 
 def parse_scheme(spec: str | Sequence[object]) -> Scheme:
@@ -242,6 +263,25 @@ def _lambda_bindings(scheme: Scheme) -> list[dict[str, int]]:
     return combos
 
 
+def _check_pack(
+    a: Atom, pos: int, tensors: Mapping[str, tuple[str, ...] | None], stride1: Mapping[str, Sequence[str]]
+) -> dict[str, list]:
+    """Pack_X / PackT_X[dims] legality; returns the stride-1 map as the code below the pack sees it."""
+    if a.tensor not in tensors:
+        raise SchemeError("unknown-tensor", f"tensor {a.tensor!r} is not one of {list(tensors)}", a, pos)
+    if a.kind == "Pack":
+        return dict(stride1)  # type: ignore[arg-type]
+    axes = tensors[a.tensor]
+    if axes is None:
+        why = f"{a.tensor} has a compound axis (e.g. h*stride + r): pack it without transposition (Pack)"
+        raise SchemeError("packt-dims", why, a, pos)
+    if sorted(a.dims) != sorted(axes):
+        why = f"the buffer dimensions {list(a.dims)} must be a permutation of {a.tensor}'s {list(axes)}"
+        raise SchemeError("packt-dims", why, a, pos)
+    innermost = a.dims[-1]
+    return {d: [(t, innermost if t == a.tensor else s1) for t, s1 in uses] for d, uses in stride1.items()}
+
+
 def analyze(
     spec: str | Sequence[object] | Scheme,
     dims: Sequence[str],
@@ -250,23 +290,29 @@ def analyze(
     stride1: Mapping[str, Sequence[str]],
     output_dims: Sequence[str],
     partial: bool = False,
+    tensors: Mapping[str, tuple[str, ...] | None] | None = None,
 ) -> Analysis:
     """Check every legality rule of thesis §3 and return what codegen needs.
 
-    ``stride1`` maps each dimension to the stride-1 dimension of every tensor that uses it (``None``
-    entries for tensors where it is not stride-1), so the V rule needs no operator import here.
+    ``stride1`` maps each dimension to (tensor, stride-1 dimension of that tensor) for every tensor that
+    uses it, and ``tensors`` maps tensor names to their plain axis dimensions (None when an axis is a
+    sum such as ``h*2 + r``), so the rules need no operator import here.
     """
     if isinstance(spec, tuple) and all(isinstance(a, Atom) for a in spec):
         scheme: Scheme = validate_atoms(spec)
     else:
         scheme = parse_scheme(spec)  # type: ignore[arg-type]
     sizes = dict(sizes)
+    tensors = dict(tensors or {})
     for pos, a in enumerate(scheme):
-        for d in (a.dim,) if a.kind != "ScalP" else a.dims:
+        named = a.dims if a.kind in ("ScalP", "PackT") else () if a.kind == "Pack" else (a.dim,)
+        for d in named:
             if d not in dims:
                 raise SchemeError(
                     "unknown-dimension", f"dimension {d!r} is not one of {list(dims)}", a, pos, dim=d
                 )
+        if a.kind in PACK_KINDS:
+            stride1 = _check_pack(a, pos, tensors, stride1)
 
     # V: once, innermost, stride-1 in every tensor it touches
     vpos = [p for p, a in enumerate(scheme) if a.kind == "V"]
@@ -348,6 +394,9 @@ def analyze(
                 dim=touched[0],
             )
         for q in range(scalp_position + 1, unroll_start):
+            if scheme[q].kind in PACK_KINDS:
+                why = f"{scheme[q].text()} below ScalP: pack above the promoted accumulators"
+                raise SchemeError("scalp-scope", why, a, scalp_position)
             if scheme[q].kind == "lambda_seq":
                 raise SchemeError(
                     "scalp-scope",

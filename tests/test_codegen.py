@@ -423,3 +423,60 @@ def test_masked_code_uses_the_target_masks_and_compiles(target: str) -> None:
 def test_partial_option_is_validated() -> None:
     with pytest.raises(ValueError, match="codegen.partial"):
         analyze_for("[R_i, R_j, R_k]", mm(2, 2, 2), get_target("avx2"), partial="padded-ish")
+
+
+# -- packing (Pack / PackT, thesis §3.6) -----------------------------------------------------------------
+PACK_CASES = [
+    ("[T_{2,j}, T_{4,i}, Pack_A, T_{24,k}, U_{4,i}, U_{2,j}, V_j]", mm(16, 4 * L, 24)),  # Fig 3.17 shape
+    ("[Pack_B, R_j, R_i, R_k, U_{4,i}, U_{2,j}, V_j]", mm(8, 2 * L, 5)),
+    ("[R_j, Pack_C, R_i, R_k, U_{4,i}, U_{2,j}, V_j]", mm(8, 2 * L, 5)),  # the output is copied back
+    ("[R_i, R_j, PackT_A[k,i], R_k]", mm(7, 5, 6)),  # transposed buffer
+    (
+        "[R_j, R_i, R_k, Texct_{20,k}, Pack_A, PackT_B[k,j], Tvar_{8,k}, U_{4,i}, U_{2,j}, V_j]",
+        mm(8, 2 * L, 50),
+    ),
+    (
+        "[R_k, R_h, Pack_I, Pack_O, R_w, R_r, R_s, R_c, U_{6,w}, U_{2,k}, V_k]",
+        conv(2, h=3, w=12, k=2 * L, c=3, r=3, s=3),
+    ),
+]
+
+
+def test_packed_kernels_equal_the_reference(tmp_path: Path, shared_cache: Path) -> None:
+    for n, (text, w) in enumerate(PACK_CASES):
+        src = render(scheme(text), w)
+        assert src.workspace_bytes > 0 and "workspace +" in src.code
+        assert_all_ok([scheme(text)], w, tmp_path / str(n), shared_cache)
+    # a pack with partial microkernels below it
+    w = mm(13, 4 * L + 5, 16)
+    assert_all_ok(
+        [scheme("[R_j, R_i, T_{16,k}, Pack_C, U_{6,i}, U_{2,j}, V_j]", partial="masked")],
+        w,
+        tmp_path / "partial",
+        shared_cache,
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "rule"),
+    [
+        ("[Pack_Z, R_i, R_j, R_k]", "unknown-tensor"),
+        ("[PackT_A[i,j], R_i, R_j, R_k]", "packt-dims"),
+        ("[R_i, R_j, R_k, PackT_B[j,k], V_j]", "V-stride1"),  # the transposed buffer has k innermost
+        ("[R_i, R_j, R_k, U_{2,i}, Pack_A]", "unroll-innermost"),
+    ],
+)
+def test_pack_rules(text: str, rule: str) -> None:
+    with pytest.raises(SchemeError) as ei:
+        analyze_for(text, mm(4, 2 * L, 4), get_target(HOST_TARGET))
+    assert ei.value.rule == rule, str(ei.value)
+
+
+def test_packt_of_a_strided_conv_input_is_rejected() -> None:
+    with pytest.raises(SchemeError, match="compound axis") as ei:
+        analyze_for(
+            "[PackT_I[c,h,w], R_h, R_w, R_k, R_r, R_s, R_c]",
+            conv(2, h=2, w=2, k=2, c=2, r=1, s=1),
+            get_target(HOST_TARGET),
+        )
+    assert ei.value.rule == "packt-dims"
