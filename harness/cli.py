@@ -23,7 +23,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 CONF_DIR = Path(os.environ.get("HARNESS_CONF", ROOT / "conf"))
 SWEEPS_DIR = ROOT / "sweeps"  # multirun presets: `harness run -m +sweeps=NAME`
-COMMANDS = ("run", "show", "calibrate", "report")
+COMMANDS = ("run", "show", "calibrate", "report", "microkernels")
 
 
 class UsageError(Exception):
@@ -41,7 +41,7 @@ CHOICES: dict[str, tuple[object, ...]] = {
     "check.init": ("integers", "uniform"),
     "codegen.hoist": (True, False),
     "codegen.fma": (True, False),
-    "codegen.partial": ("none", "masked"),
+    "codegen.partial": ("none", "masked", "padded"),
 }
 
 
@@ -230,6 +230,24 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{m.model_name} [{m.fingerprint}]")
         for isa, p in peaks.items():
             print(f"  {isa}: {p['gflops']:.1f} GFLOP/s (best of {len(p['trials'])}, cv {p['cv']:.3f})")
+        return
+    if command == "microkernels":  # seed 000 §5.2: enumerate, benchmark in isolation, select, Fig 5.2
+        parser.add_argument("--isa", default="auto", help="auto (best ISA here), avx2 or avx512")
+        parser.add_argument("--op", choices=("conv2d", "matmul"), default="conv2d")
+        parser.add_argument("--quick", action="store_true", help="a small subset (CI / quick profile)")
+        parser.add_argument("--all", action="store_true", help="every microkernel of the reading (long)")
+        parser.add_argument("--reading", default=None, help="conv enumeration reading (kernels/isa/*.yaml)")
+        parser.add_argument("--threshold", type=float, default=85.0, help="%% of peak to be selected")
+        parser.add_argument("--rerun", action="store_true", help="measure again even if stored")
+        parser.add_argument("--out", type=Path, default=Path("results/figures/ttile_fig5_2.png"))
+        args = parser.parse_args(rest)
+        from harness.microbench import command as microkernels
+
+        try:
+            microkernels(args.isa, args.op, args.quick, args.all, args.reading, args.threshold, args.out,
+                         args.results, args.rerun)  # fmt: skip
+        except ValueError as exc:
+            _fail(str(exc))
         return
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--experiment", action="append", default=None, help="only these experiments")

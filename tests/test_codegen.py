@@ -384,12 +384,21 @@ PARTIAL_CASES = [
 ]
 
 
-@pytest.mark.parametrize("hoist", [True, False])
-def test_partial_microkernels_equal_the_reference(hoist: bool, tmp_path: Path, shared_cache: Path) -> None:
+@pytest.mark.parametrize(("partial", "hoist"), [("masked", True), ("masked", False), ("padded", True)])
+def test_partial_microkernels_equal_the_reference(
+    partial: str, hoist: bool, tmp_path: Path, shared_cache: Path
+) -> None:
     for n, (text, w) in enumerate(PARTIAL_CASES):
         with pytest.raises(SchemeError):  # without partial microkernels the remainders are illegal
             analyze_for(text, w, get_target(HOST_TARGET))
-        assert_all_ok([scheme(text, partial="masked", hoist=hoist)], w, tmp_path / str(n), shared_cache)
+        assert_all_ok([scheme(text, partial=partial, hoist=hoist)], w, tmp_path / str(n), shared_cache)
+
+
+def test_padding_copies_only_the_tensors_the_tiles_overrun() -> None:
+    w = mm(13, 2 * L, 16)  # i overruns (13 -> 18), j and k fit
+    code = render(scheme("[R_j, R_i, T_{16,k}, U_{6,i}, U_{2,j}, V_j]", partial="padded"), w).code
+    assert "/* C: [13, " in code and "/* A: [13, 16] -> [18, 16] */" in code and "/* B:" not in code
+    assert "static int padded_kernel(" in code
 
 
 def test_random_non_divisible_shapes_with_partial_microkernels(tmp_path: Path, shared_cache: Path) -> None:
