@@ -4,7 +4,9 @@
     harness run -m codegen.hoist=true,false scheme='[R_j, R_i, T_{192,k}, U_{6,i}, U_{2,j}, V_j]'
     harness show scheme='[R_i, R_k, R_j, V_j]'
     harness calibrate [--force]
-    harness report [--results results] [--out results/report]
+    harness report [--results results] [--out results/report] [--pdf]
+    harness export --pyperf results/timings.json --csv results/csv
+    harness microkernels [--quick]
 
 Bad input (unknown workload or operator, malformed scheme, impossible sizes) exits with status 2 and one
 line naming what is wrong.
@@ -23,7 +25,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 CONF_DIR = Path(os.environ.get("HARNESS_CONF", ROOT / "conf"))
 SWEEPS_DIR = ROOT / "sweeps"  # multirun presets: `harness run -m +sweeps=NAME`
-COMMANDS = ("run", "show", "calibrate", "report", "microkernels")
+COMMANDS = ("run", "show", "calibrate", "report", "export", "microkernels")
 
 
 class UsageError(Exception):
@@ -249,13 +251,34 @@ def main(argv: list[str] | None = None) -> None:
         except ValueError as exc:
             _fail(str(exc))
         return
+    if command == "export":
+        parser.add_argument("--pyperf", type=Path, help="pyperf JSON of every timing series")
+        parser.add_argument("--csv", type=Path, help="directory for one summary CSV per experiment")
+        parser.add_argument("--experiment", default=None, help="only this experiment")
+        args = parser.parse_args(rest)
+        from harness.export import export_csv, export_pyperf
+
+        if not (args.pyperf or args.csv):
+            _fail("export needs --pyperf FILE and/or --csv DIR")
+        try:
+            if args.pyperf:
+                print(export_pyperf(args.results, args.pyperf, args.experiment))
+            if args.csv:
+                for path in export_csv(args.results, args.csv):
+                    print(path)
+        except ValueError as exc:
+            _fail(str(exc))
+        return
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--experiment", action="append", default=None, help="only these experiments")
+    parser.add_argument("--pdf", action="store_true", help="also print the report to report.pdf")
     args = parser.parse_args(rest)
-    from harness.report import build_report
+    from harness.report import build_pdf, build_report
 
     out = build_report(args.results, args.out or args.results / "report", args.experiment)
     print(out)
+    if args.pdf:
+        print(build_pdf(out))
 
 
 if __name__ == "__main__":  # python -m harness.cli

@@ -417,3 +417,14 @@ def experiments_in(results_dir: Path) -> list[str]:
     """Experiment names that have rows stored (for CLIs and Snakemake rules)."""
     base = Path(results_dir) / "rows"
     return sorted(p.name for p in base.iterdir() if p.is_dir()) if base.is_dir() else []
+
+
+def build_pdf(html: Path) -> Path:
+    """The same report as a PDF next to the HTML (WeasyPrint renders the page and its figures)."""
+    import weasyprint
+
+    pdf = Path(html).with_name("report.pdf")
+    tmp = pdf.with_suffix(".pdf.tmp")
+    weasyprint.HTML(filename=str(html)).write_pdf(str(tmp))
+    tmp.replace(pdf)
+    return pdf

@@ -1,0 +1,72 @@
+"""Exports of the result store: pyperf JSON (so ``python -m pyperf compare_to a.json b.json`` works on
+two runs) and CSV summaries. Parquet itself is the primary format (schema: ``harness.store.COLUMNS``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pyperf
+
+from harness import analysis, store
+
+
+def benchmark_name(row: pd.Series) -> str:
+    """Stable across runs and machines, so compare_to pairs the same candidate on the same workload."""
+    return f"{row['experiment']}/{row['workload']}/{row['timing_mode']}/{row['label']}"
+
+
+def to_pyperf(df: pd.DataFrame) -> pyperf.BenchmarkSuite | None:
+    """One pyperf benchmark per (experiment, workload, timing mode, candidate) with one run per row;
+    values are seconds per kernel call. Failed or wrong rows have no timings and are left out."""
+    ok = df[df["status"] == "ok"]
+    if ok.empty:
+        return None
+    benchmarks = []
+    for name, rows in ok.groupby(ok.apply(benchmark_name, axis=1), sort=True):
+        runs = []
+        for _, row in rows.iterrows():
+            meta = {
+                "name": name,
+                "unit": "second",
+                "cpu_model_name": str(row["cpu_model"]),
+                "harness_machine": str(row["machine_fingerprint"]),
+                "harness_candidate_key": str(row["candidate_key"]),
+                "harness_source_hash": str(row["source_hash"]),
+                "harness_compiler": f"{row['compiler_version']} {row['cflags']}",
+                "harness_counter_backend": str(row["counter_backend"]),
+                "harness_seed": int(row["seed"]),
+                "harness_peak_gflops": float(row["peak_gflops"] or 0.0),
+            }
+            values = [float(t) * 1e-9 for t in row["times_ns"]]
+            runs.append(pyperf.Run(values, warmups=None, metadata=meta, collect_metadata=False))
+        benchmarks.append(pyperf.Benchmark(runs))
+    return pyperf.BenchmarkSuite(benchmarks)
+
+
+def export_pyperf(results_dir: Path, out: Path, experiment: str | None = None) -> Path:
+    suite = to_pyperf(store.load(results_dir, experiment))
+    if suite is None:
+        raise ValueError(
+            f"no measured (status ok) rows in {results_dir}" + (f" for {experiment}" if experiment else "")
+        )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    suite.dump(str(out), replace=True)
+    return out
+
+
+def export_csv(results_dir: Path, out_dir: Path) -> list[Path]:
+    """The summary table per experiment (one line per candidate x workload x machine x timing mode)."""
+    summary = analysis.summarize(store.load(results_dir))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for experiment, part in summary.groupby("experiment", sort=True):
+        path = out_dir / f"{experiment}.csv"
+        part.to_csv(path, index=False)
+        paths.append(path)
+    (out_dir / "columns.json").write_text(
+        json.dumps({name: desc for name, (_, desc) in store.COLUMNS.items()}, indent=1)
+    )
+    return paths
