@@ -141,6 +141,7 @@ class _Gen:
     acc_scope: dict[int, tuple[str, int]] | None = None  # output offset -> (accumulator, vector offset)
     masks: dict[int, str] = field(default_factory=dict)  # vector offset -> mask of a partial vector tile
     masks_used: bool = False
+    split: set[str] = field(default_factory=set)  # variable vector extents already split full/remainder
 
     def __post_init__(self) -> None:
         # how each tensor (ABI order) is addressed here: itself, or the buffer of an enclosing Pack
@@ -325,9 +326,10 @@ class _Gen:
         on an unrolled dimension one straight-line version per possible extent (a switch); on the
         vector dimension a full version and a masked one."""
         vdim = self.an.vector_dim
-        if vdim in dims and isinstance(env[vdim][1], str):
+        if vdim in dims and isinstance(env[vdim][1], str) and env[vdim][1] not in self.split:
             # the common full tile runs unmasked; only the remainder pays for masked loads and stores
             base, extent = env[vdim]
+            self.split.add(extent)  # the else branch below is the remainder: no second test inside it
             full = self.unroll_footprint(vdim, binding)
             rest = [d for d in dims if d != vdim]
             self.line(f"if ({extent} == {full}) {{")
