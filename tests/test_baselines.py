@@ -1,0 +1,113 @@
+"""Vendor libraries through the real pipeline: exact on odd shapes, one thread, absent is not a failure."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from harness.check import CheckConfig
+from kernels import baselines
+from kernels.baselines import BLAS, BaselineUnavailable, find_library, render_baseline
+from kernels.candidate import Candidate, Workload
+from tests.conftest import run_candidates
+
+# Odd sizes catch a swapped leading dimension or operand; the last is above libxsmm's small-matrix
+# limit (m*n*k > 262144), so its tiled path is checked too.
+SHAPES = [(17, 33, 9), (64, 48, 40), (71, 66, 67)]
+FULL = CheckConfig(full_below=10**9)
+
+# What each wrapper must call before its first sgemm so that the library uses one thread.
+ONE_THREAD = {
+    "openblas": "openblas_set_num_threads(1);",
+    "numpy": "scipy_openblas_set_num_threads64_(1);",
+    "mkl": "MKL_Set_Num_Threads(1);",
+    "blis": "bli_thread_set_num_threads(1);",
+}
+
+
+def missing(name: str) -> str | None:
+    """Why the library cannot be used here, or None when it is installed."""
+    try:
+        find_library(BLAS[name])
+    except BaselineUnavailable as exc:
+        return str(exc)
+    return None
+
+
+def matmul(i: int, j: int, k: int) -> Workload:
+    return Workload.make(f"mm{i}x{j}x{k}", "matmul", {"i": i, "j": j, "k": k})
+
+
+def test_the_debian_and_numpy_openblas_are_available() -> None:
+    assert missing("openblas") is None and missing("numpy") is None
+    for name in sorted(BLAS):
+        print(f"{name}: {missing(name) or find_library(BLAS[name])}")
+
+
+@pytest.mark.parametrize("name", sorted(BLAS))
+def test_baseline_is_exact_on_odd_shapes(name: str, tmp_path: Path, shared_cache: Path) -> None:
+    reason = missing(name)
+    if reason:
+        pytest.skip(reason)
+    for i, j, k in SHAPES:
+        (row,) = run_candidates(
+            [Candidate("baseline", name)], matmul(i, j, k), tmp_path / f"{i}x{j}x{k}", shared_cache, FULL
+        )
+        assert row["status"] == "ok", (name, (i, j, k), row["reason"])
+        assert row["check_mode"] == "full" and row["check_passed"] is True
+        assert row["check_points"] == i * j
+
+
+@pytest.mark.parametrize("name", sorted(BLAS))
+def test_missing_library_is_unsupported_with_its_name(
+    name: str, tmp_path: Path, shared_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gone = dataclasses.replace(BLAS[name], patterns=(str(tmp_path / "nowhere" / "lib*.so"),))
+    monkeypatch.setitem(baselines.BLAS, name, gone)
+    (row,) = run_candidates([Candidate("baseline", name)], matmul(17, 33, 9), tmp_path, shared_cache)
+    assert row["status"] == "unsupported"
+    assert name in row["reason"] and "not installed" in row["reason"]
+
+
+def test_library_without_its_companion_file_is_unsupported(monkeypatch: pytest.MonkeyPatch) -> None:
+    if missing("libxsmm"):
+        pytest.skip(missing("libxsmm"))
+    monkeypatch.setitem(
+        baselines.BLAS, "libxsmm", dataclasses.replace(BLAS["libxsmm"], extra=("{dir}/libxsmm_gone.a",))
+    )
+    with pytest.raises(BaselineUnavailable, match="libxsmm is incomplete"):
+        render_baseline(Candidate("baseline", "libxsmm"), matmul(8, 8, 8))
+
+
+@pytest.mark.parametrize(
+    "workload",
+    [
+        Workload.make("cv", "conv2d", {"h": 2, "w": 2, "k": 8, "c": 2, "r": 1, "s": 1}),
+        Workload.make("ct", "contraction", {"i": 4, "j": 4, "k": 4}, spec="ik,kj->ij"),
+    ],
+    ids=["conv2d", "contraction"],
+)
+def test_non_matmul_workloads_are_unsupported(workload: Workload, tmp_path: Path, shared_cache: Path) -> None:
+    cands = [Candidate("baseline", name) for name in sorted(BLAS)]
+    rows = run_candidates(cands, workload, tmp_path, shared_cache)
+    assert len(rows) == len(BLAS)
+    for row in rows:
+        assert row["status"] == "unsupported" and "matmul only" in row["reason"], row
+        assert row["candidate_text"] in row["reason"]
+
+
+@pytest.mark.parametrize("name", sorted(BLAS))
+def test_wrapper_runs_the_library_on_one_thread(name: str) -> None:
+    if missing(name):
+        pytest.skip(missing(name))
+    src = render_baseline(Candidate("baseline", name), matmul(17, 33, 9))
+    libs = " ".join(src.libs)
+    assert find_library(BLAS[name]) in libs
+    if name == "libxsmm":
+        # the sequential library: no libxsmmext (OpenMP), no BLAS for it to hand large products to
+        assert "libxsmmext" not in libs and "openmp" not in libs and "libxsmmnoblas.a" in libs
+        assert "libxsmm_init();" in src.code
+    else:
+        assert ONE_THREAD[name] in src.code
