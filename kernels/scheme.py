@@ -186,6 +186,15 @@ def parse_scheme(spec: str | Sequence[object]) -> Scheme:
 def validate_atoms(atoms: Scheme) -> Scheme:
     """Checks that need no operator: sizes, λ_seq pair lists (run on every path into ``analyze``)."""
     for pos, a in enumerate(atoms):
+        missing = (
+            "a tensor" if a.kind in PACK_KINDS and not a.tensor
+            else "buffer dimensions" if a.kind == "PackT" and not a.dims
+            else "dimensions" if a.kind == "ScalP" and not a.dims
+            else "a dimension" if a.kind not in (*PACK_KINDS, "ScalP") and not a.dim
+            else None
+        )  # fmt: skip
+        if missing:
+            raise SchemeError("syntax", f"{a.kind} needs {missing}", None, pos)
         if a.kind in SIZED_KINDS and (not isinstance(a.size, int) or a.size < 1):
             raise SchemeError("positive-size", f"size must be a positive integer, got {a.size}", a, pos)
         if a.kind == "lambda_seq":

@@ -130,9 +130,13 @@ def test_yaml_mapping_aliases() -> None:
             {"kind": "Uλ", "dim": "i"},
         ]
     ) == parse_scheme("[λ_seq_i.[(2,11),(3,7)], T_{32,k}, Uλ_i]")
-    with pytest.raises(SchemeError) as ei:
-        parse_scheme([{"kind": "Pack", "dim": "i"}])
-    assert ei.value.rule == "syntax"
+    for bad in ({"kind": "Pack", "dim": "i"}, {"kind": "Hoist", "dim": "i"}, {"kind": "T", "size": 2}):
+        with pytest.raises(SchemeError) as ei:
+            parse_scheme([bad])
+        assert ei.value.rule == "syntax"
+    assert parse_scheme([{"kind": "PackT", "tensor": "B", "dims": ["k", "j"]}]) == parse_scheme(
+        "[PackT_B[k,j]]"
+    )
 
 
 _names = st.from_regex(r"[A-Za-z][A-Za-z0-9]{0,3}", fullmatch=True)
