@@ -137,8 +137,9 @@ def run_experiment(
 
     exp_flags: list[str] = []
     if todo and exp.sanity.probe and m.best_isa:
-        calibrated = peaks.get(m.best_isa, {}).get("gflops")
-        exp_flags = drift_flags(exp.sanity, calibrated, [probe_peak(m.best_isa, exp.cache_dir)])
+        entry = peaks.get(m.best_isa, {})
+        probed = [probe_peak(m.best_isa, exp.cache_dir)]
+        exp_flags = drift_flags(exp.sanity, entry.get("gflops"), probed, entry.get("other_busy_pct"))
         for f in exp_flags:
             say(f"[{exp.name}] warning: {f}")
     rendered = [_render(c, exp.workload) for c, _ in todo]

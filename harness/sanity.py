@@ -61,9 +61,14 @@ class CoreWatch:
         self.other_pct = max(0.0, 100.0 * other / wall) if wall > 0.05 else 0.0
 
 
-def drift_flags(cfg: SanityConfig, calibrated: float | None, probed: list[float]) -> list[str]:
-    """Flag for every row of an experiment whose peak probe disagrees with the calibration."""
+def drift_flags(
+    cfg: SanityConfig, calibrated: float | None, probed: list[float], calibration_load: float | None = None
+) -> list[str]:
+    """Flags for every row of an experiment: a peak probe that disagrees with the calibration, or a
+    calibration that was itself measured beside other processes."""
     flags = []
+    if calibration_load is not None and calibration_load > cfg.max_core_busy:
+        flags.append(f"calibration under load: other processes used {calibration_load:.0f}% of the core")
     if calibrated and probed:
         drift = max(abs(p - calibrated) / calibrated for p in probed)
         if drift > cfg.max_peak_drift:

@@ -52,3 +52,26 @@ def test_a_child_on_the_core_is_not_counted_as_another_process() -> None:
     with CoreWatch(cpu) as watch:
         subprocess.run(spin(cpu, 1), check=True)
     assert watch.other_pct < 50, watch.other_pct
+
+
+def test_a_calibration_under_load_flags_every_row() -> None:
+    (flag,) = drift_flags(CFG, 100.0, [99.0], calibration_load=65.0)
+    assert flag.startswith("calibration under load: other processes used 65%")
+    assert drift_flags(CFG, 100.0, [99.0], calibration_load=3.0) == []
+
+
+def test_calibration_records_the_load_it_ran_under(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from harness import calibrate as cal
+
+    cpu = max(os.sched_getaffinity(0))
+    hog = subprocess.Popen(spin(cpu, 30))
+    monkeypatch.setattr(cal, "ATTEMPTS", 1)
+    try:
+        peaks = cal.calibrate(
+            force=True, cache_dir=tmp_path, iters={"avx2": 20_000_000, "avx512": 10_000_000}, trials=3
+        )
+    finally:
+        hog.kill()
+        hog.wait()
+    for entry in peaks.values():
+        assert entry["other_busy_pct"] > 20 and entry["under_load"] is True
