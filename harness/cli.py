@@ -59,7 +59,7 @@ def _check_choices(c: dict[str, Any]) -> None:
     for backend in c["counters"]["backends"]:
         if backend not in ("papi", "perf_event"):
             raise UsageError(f"counters.backends: unknown backend {backend!r}; allowed: papi, perf_event")
-    for name in c.get("baselines") or c["space"].get("baselines") or []:
+    for name in (c["baselines"] if c.get("baselines") is not None else c["space"].get("baselines")) or []:
         if name not in BLAS:
             raise UsageError(f"baselines: unknown library {name!r}; allowed: {', '.join(sorted(BLAS))}")
     cc = c["compiler"]["cc"]
@@ -77,8 +77,8 @@ def build_experiment(cfg: Any) -> Any:
     from harness.experiment import Experiment
     from harness.run import RunLimits, TimingConfig
     from harness.sanity import SanityConfig
-    from kernels.candidate import Candidate, Workload
-    from kernels.scheme import format_scheme, parse_scheme
+    from kernels.candidate import Workload
+    from kernels.space import space_candidates
 
     c = OmegaConf.to_container(cfg, resolve=True)
     assert isinstance(c, dict)
@@ -92,24 +92,9 @@ def build_experiment(cfg: Any) -> Any:
     if target not in ("avx2", "avx512"):
         raise UsageError(f"target must be auto, avx2 or avx512, got {target!r}")
     _check_choices(c)
-    base_opts = {"target": target, **c["codegen"]}
-    space = c["space"]
-    if c.get("scheme"):
-        schemes, variants = [c["scheme"]], [{}]
-    else:
-        schemes, variants = space.get("schemes", []), space.get("variants", [{}]) or [{}]
-    candidates = []
-    for s in schemes:
-        spec = s.get(target) if isinstance(s, dict) else s
-        if spec is None:
-            continue  # no variant of this scheme for this ISA
-        text = format_scheme(parse_scheme(spec))  # one spelling per scheme, so one candidate key
-        for v in variants:
-            candidates.append(Candidate("scheme", text, tuple(sorted({**base_opts, **v}.items()))))
-    baselines = c["baselines"] if c.get("baselines") is not None else space.get("baselines", [])
-    if c.get("scheme") and c.get("baselines") is None:
-        baselines = []
-    candidates += [Candidate("baseline", str(b)) for b in baselines]
+    candidates = space_candidates(
+        c["space"], workload, target, {"target": target, **c["codegen"]}, c.get("scheme"), c.get("baselines")
+    )
     t = c["timing"]
     limits = c["limits"]
     mem = limits.get("memory_gib")
@@ -145,6 +130,7 @@ def _hydra_main(command: str) -> None:
     from kernels.baselines import BaselineUnavailable
     from kernels.operators import OperatorError
     from kernels.scheme import SchemeError
+    from kernels.space import SpaceError
 
     @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
     def task(cfg: DictConfig) -> None:
@@ -161,7 +147,15 @@ def _hydra_main(command: str) -> None:
                 for cand in exp.candidates:
                     render(cand, exp.workload)
             rows = run_experiment(exp)
-        except (SchemeError, OperatorError, UsageError, BaselineUnavailable, ValueError, KeyError) as exc:
+        except (
+            SchemeError,
+            OperatorError,
+            UsageError,
+            BaselineUnavailable,
+            SpaceError,
+            ValueError,
+            KeyError,
+        ) as exc:
             _fail(str(exc).strip("'\""))
             return
         except Exception:  # a bug of ours, not the user's: keep the traceback, distinct exit status

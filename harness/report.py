@@ -25,6 +25,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from harness import analysis, store
+from reports.figures import paper_figures
 
 TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "reports" / "templates"
 DEFAULT_TITLE = "Tensor kernel benchmark report"
@@ -117,6 +118,7 @@ def render_report(
         time_span=_time_span(df),
         machines=_machines(df),
         experiments=experiments,
+        paper_figures=paper_figures(summary, fig_dir),
     )
     shutil.copyfile(Path(templates_dir) / "style.css", out_dir / "style.css")
     index = out_dir / "index.html"

@@ -1,0 +1,189 @@
+"""Paper figures: for each reproduced figure, our plot, the statistic compared with the paper's claim,
+and an automatic verdict. Claims (text and numbers) are data in ``reports/claims.yaml``.
+
+A figure is built per machine (reports never mix machines in one ratio) from the summary of the result
+store (``harness.analysis.summarize``); a figure whose experiment has no rows is simply absent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
+import yaml  # noqa: E402
+
+CLAIMS = yaml.safe_load((Path(__file__).parent / "claims.yaml").read_text(encoding="utf-8"))
+
+
+@dataclass
+class PaperFigure:
+    name: str
+    machine: str  # fingerprint
+    cpu_model: str
+    paper: str
+    where: str
+    claim: str
+    measured: str  # our result, in words, with its numbers
+    verdict: str  # reproduced | partial | differs
+    statistic: str  # how the verdict was decided
+    image: str | None = None  # relative to the report directory
+    csv: str | None = None
+    table: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _ok(summary: pd.DataFrame, experiment: str) -> pd.DataFrame:
+    return summary[(summary["experiment"] == experiment) & (summary["status"] == "ok")].copy()
+
+
+def _save(fig: plt.Figure, data: pd.DataFrame, out_dir: Path, stem: str) -> tuple[str, str]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out_dir / f"{stem}.png", dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    data.to_csv(out_dir / f"{stem}.csv", index=False)
+    return f"figures/{stem}.png", f"figures/{stem}.csv"
+
+
+def hoisting(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
+    """§4.3: every scheme measured with hoisting on and off; the ratio of their median % of peak."""
+    meta = CLAIMS["ttile_s4_3_hoisting"]
+    ok = _ok(summary, meta["experiment"])
+    ok = ok[(ok["candidate_kind"] == "scheme") & (ok["timing_mode"] == "hot")]
+    figures = []
+    for fp, part in ok.groupby("machine_fingerprint"):
+        part = part.assign(
+            scheme=part["label"].str.replace(r" \(.*\)$", "", regex=True),
+            hoisted=~part["label"].str.contains("hoist=False", regex=False),
+        )
+        pairs = part.pivot_table(index="scheme", columns="hoisted", values="pct_peak_median", aggfunc="first")
+        if True not in pairs or False not in pairs:
+            continue
+        pairs = pairs.dropna().rename(columns={True: "hoisted", False: "not hoisted"}).reset_index()
+        if pairs.empty:
+            continue
+        pairs["ratio"] = pairs["hoisted"] / pairs["not hoisted"]
+        best = pairs.loc[pairs["hoisted"].idxmax()]
+        long = pairs.melt(id_vars="scheme", value_vars=["not hoisted", "hoisted"], value_name="pct")
+        fig, ax = plt.subplots(figsize=(9, 0.8 + 0.5 * len(pairs)))
+        sns.barplot(data=long, y="scheme", x="pct", hue="hoisted", ax=ax, palette=["#bbbbbb", "#2b6cb0"])
+        for value, color in (
+            (meta["paper_numbers"]["with"], "#2b6cb0"),
+            (meta["paper_numbers"]["without"], "#888"),
+        ):
+            ax.axvline(value, ls="--", c=color, lw=1)
+        ax.set(
+            xlabel="% of calibrated peak (median); dashed: the paper's 45% and 90%", ylabel="", xlim=(0, 105)
+        )
+        ax.legend(title="accumulators", loc="lower right")
+        image, csv = _save(fig, pairs, out_dir, f"ttile_s4_3_hoisting-{fp}")
+        paper_ratio = meta["paper_numbers"]["with"] / meta["paper_numbers"]["without"]
+        reproduced = best["hoisted"] >= 80.0 and best["ratio"] >= 1.5
+        figures.append(
+            PaperFigure(
+                "ttile_s4_3_hoisting",
+                str(fp),
+                str(part["cpu_model"].iloc[0]),
+                meta["paper"],
+                meta["where"],
+                meta["claim"],
+                measured=(
+                    f"best scheme {best['scheme']}: {best['hoisted']:.1f}% of peak hoisted vs "
+                    f"{best['not hoisted']:.1f}% not hoisted "
+                    f"(x{best['ratio']:.2f}; the paper's x{paper_ratio:.1f})"
+                ),
+                verdict="reproduced" if reproduced else "differs",
+                statistic="median % of calibrated peak; reproduced if the best hoisted scheme reaches 80% "
+                "and at least 1.5x its unhoisted twin",
+                image=image,
+                csv=csv,
+                table=pairs.round(2).to_dict("records"),
+            )
+        )
+    return figures
+
+
+SERIES = ("combination of microkernels", "single microkernel + partial tile", "single microkernel + padding")
+
+
+def fig5_6_series(label: str, kind: str) -> str:
+    """The Fig 5.6 series a candidate belongs to (libraries are their own series)."""
+    if kind == "baseline":
+        return label
+    if "partial=masked" in label:
+        return SERIES[1]
+    if "partial=padded" in label:
+        return SERIES[2]
+    return SERIES[0]
+
+
+def small_matmul(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
+    """Fig 5.6: the best candidate of each series per I; mean and spread over I per series."""
+    meta = CLAIMS["ttile_fig5_6"]
+    ok = _ok(summary, meta["experiment"])
+    figures = []
+    for fp, part in ok.groupby("machine_fingerprint"):
+        series = [fig5_6_series(lbl, k) for lbl, k in zip(part["label"], part["candidate_kind"], strict=True)]
+        sizes = part["workload"].str.extract(r"_i(\d+)$", expand=False).astype(float)
+        part = part.assign(series=series, I=sizes).dropna(subset=["I"])
+        if part.empty:
+            continue
+        best = part.loc[part.groupby(["series", "I"])["pct_peak_median"].idxmax()]
+        best = best[["series", "I", "label", "pct_peak_median"]]
+        stats = best.groupby("series")["pct_peak_median"].agg(["mean", "std", "min", "count"]).reset_index()
+        stats = stats.sort_values("mean", ascending=False)
+        order = [s for s in SERIES if s in set(best["series"])] + sorted(set(best["series"]) - set(SERIES))
+        fig, ax = plt.subplots(figsize=(9, 4.5))
+        sns.lineplot(data=best, x="I", y="pct_peak_median", hue="series", hue_order=order, marker="o", ax=ax)
+        ax.set(xlabel="I (J = K = 128)", ylabel="% of calibrated peak (median)", ylim=(0, 105))
+        ax.legend(fontsize=8, loc="lower right")
+        image, csv = _save(fig, best, out_dir, f"ttile_fig5_6-{fp}")
+        comb = stats[stats["series"] == SERIES[0]]
+        libs = stats[~stats["series"].isin(SERIES)]
+        verdict, measured = "differs", "no combination series measured"
+        if not comb.empty:
+            c = comb.iloc[0]
+            measured = (
+                f"combination: mean {c['mean']:.1f}% (sd {c['std']:.1f}) over {int(c['count'])} sizes of I"
+            )
+            if not libs.empty:
+                top = libs.iloc[0]
+                measured += f"; best library {top['series']}: mean {top['mean']:.1f}% (sd {top['std']:.1f})"
+                above = c["mean"] >= top["mean"]
+                steadiest = c["std"] <= stats["std"].min() + 1e-9
+                verdict = "reproduced" if above and steadiest else "partial" if above else "differs"
+        figures.append(
+            PaperFigure(
+                "ttile_fig5_6",
+                str(fp),
+                str(part["cpu_model"].iloc[0]),
+                meta["paper"],
+                meta["where"],
+                meta["claim"],
+                measured=measured,
+                verdict=verdict,
+                statistic="per I the best candidate of each series (median % of peak); over I the mean and "
+                "standard deviation; reproduced if the combination's mean is at least the best library's and "
+                "its spread the smallest, partial if only the mean holds",
+                image=image,
+                csv=csv,
+                table=stats.round(2).to_dict("records"),
+            )
+        )
+    return figures
+
+
+FIGURES: list[Callable[[pd.DataFrame, Path], list[PaperFigure]]] = [hoisting, small_matmul]
+
+
+def paper_figures(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
+    """Every paper figure the results allow, one per figure and machine."""
+    if summary.empty:
+        return []
+    return [f for build in FIGURES for f in build(summary, out_dir)]
