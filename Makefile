@@ -29,11 +29,11 @@ $(VENV)/.setup-done: pyproject.toml
 
 # The quick reproduction: a handful of matmul and conv schemes plus library baselines, then the report.
 quick: setup
-	$(VENV)/bin/snakemake quick --cores $(JOBS) --resources machine=1
+	$(VENV)/bin/snakemake --profile profiles/quick quick
 	@echo "report: $$(pwd)/results/report/index.html"
 
 full: setup
-	$(VENV)/bin/snakemake all --cores $(JOBS) --resources machine=1 --config profile=full
+	$(VENV)/bin/snakemake --profile profiles/full all
 
 test: setup
 	$(VENV)/bin/pytest

@@ -1,13 +1,29 @@
-# Reproduction workflow: one rule per experiment, resumable (finished candidates are skipped by the
-# harness itself), and a report built from everything measured so far.
-#   snakemake -c2 quick        # the quick reproduction (minutes on 2 cores)
-#   snakemake -c2 -n all       # dry run of everything
+# Reproduction workflow: one target per paper figure, aggregates per paper, `quick` and `all`.
+#   snakemake --profile profiles/quick quick      # the whole catalogue, reduced (minutes on 2 cores)
+#   snakemake --profile profiles/full all         # the papers' sizes and budgets
+#   snakemake --profile profiles/slurm all        # the same on a SLURM cluster
+#   snakemake -n ttile_fig5_6                     # dry run of one figure
+# Every job is resumable: the harness skips candidates already in the result store.
+
 configfile: "workflow/config.yaml"
 
 PROFILE = config.get("profile", "quick")
-EXPERIMENTS = config["experiments"][PROFILE]  # name -> Hydra overrides
+JOBS = config["jobs"][PROFILE]
+FIGURES = config["figures"]
+PAPERS = config["papers"]
 RESULTS = config.get("results", "results")
 HARNESS = config.get("harness", ".venv/bin/harness")
+
+
+def job_command(name):
+    """The harness call of a job, with this workflow's results directory."""
+    args = list(JOBS[name])
+    where = [f"results_dir={RESULTS}"] if args[0] == "run" else ["--results", RESULTS]
+    return " ".join([HARNESS] + [f"'{a}'" for a in args + where])
+
+
+def done(names):
+    return [f"{RESULTS}/done/{n}.txt" for n in names]
 
 
 rule all:
@@ -20,6 +36,22 @@ rule quick:
         f"{RESULTS}/report/index.html",
 
 
+for _figure, _jobs in FIGURES.items():
+    rule:
+        name:
+            _figure
+        input:
+            done(_jobs),
+
+
+for _paper, _figures in PAPERS.items():
+    rule:
+        name:
+            _paper
+        input:
+            [done(FIGURES[f]) for f in _figures],
+
+
 rule calibrate:
     output:
         f"{RESULTS}/done/calibrate.txt",
@@ -27,24 +59,26 @@ rule calibrate:
         "{HARNESS} calibrate --results {RESULTS} > {output}.tmp && mv {output}.tmp {output}"
 
 
-rule experiment:
+rule job:
     input:
         f"{RESULTS}/done/calibrate.txt",
     output:
         f"{RESULTS}/done/{{name}}.txt",
+    wildcard_constraints:
+        name="|".join(JOBS),
     params:
-        overrides=lambda wc: " ".join(EXPERIMENTS[wc.name]),
-    # one experiment at a time: timings must not share the machine with another measurement
+        command=lambda wc: job_command(wc.name),
+    # one measurement at a time: timings must not share the machine with another measurement
     resources:
         machine=1,
     shell:
-        "{HARNESS} run {params.overrides} results_dir={RESULTS} > {output}.tmp && mv {output}.tmp {output}"
+        "{params.command} > {output}.tmp && mv {output}.tmp {output}"
 
 
 rule report:
     input:
-        expand(f"{RESULTS}/done/{{name}}.txt", name=EXPERIMENTS),
+        done(JOBS),
     output:
         f"{RESULTS}/report/index.html",
     shell:
-        "{HARNESS} report --results {RESULTS} --out {RESULTS}/report"
+        "{HARNESS} report --results {RESULTS} --out {RESULTS}/report --pdf"

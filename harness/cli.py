@@ -24,7 +24,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 CONF_DIR = Path(os.environ.get("HARNESS_CONF", ROOT / "conf"))
-SWEEPS_DIR = ROOT / "sweeps"  # multirun presets: `harness run -m +sweeps=NAME`
+SWEEPS_DIR = ROOT / "sweeps"  # multirun presets: `harness run -m +sweeps=NAME` (conf/sweeps links here)
 COMMANDS = ("run", "show", "calibrate", "report", "export", "microkernels")
 
 
@@ -206,7 +206,7 @@ def main(argv: list[str] | None = None) -> None:
     command, rest = argv[0], argv[1:]
     if command in ("run", "show"):
         check_group_choices(rest)
-        sys.argv = [f"harness {command}", *quote_schemes(rest), f"hydra.searchpath=[file://{ROOT}]"]
+        sys.argv = [f"harness {command}", *quote_schemes(rest)]
         try:
             _hydra_main(command)
         except SystemExit as exc:
