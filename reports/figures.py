@@ -40,6 +40,13 @@ class PaperFigure:
     table: list[dict[str, Any]] = field(default_factory=list)
 
 
+def _paper(name: str, fp: object, part: pd.DataFrame, **measured: Any) -> PaperFigure:
+    """A figure of ``name`` on machine ``fp``: the paper's side from claims.yaml, ours from ``measured``."""
+    meta = CLAIMS[name]
+    cpu = str(part["cpu_model"].iloc[0])
+    return PaperFigure(name, str(fp), cpu, meta["paper"], meta["where"], meta["claim"], **measured)
+
+
 def _ok(summary: pd.DataFrame, experiment: str) -> pd.DataFrame:
     return summary[(summary["experiment"] == experiment) & (summary["status"] == "ok")].copy()
 
@@ -87,13 +94,10 @@ def hoisting(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
         paper_ratio = meta["paper_numbers"]["with"] / meta["paper_numbers"]["without"]
         reproduced = best["hoisted"] >= 80.0 and best["ratio"] >= 1.5
         figures.append(
-            PaperFigure(
+            _paper(
                 "ttile_s4_3_hoisting",
-                str(fp),
-                str(part["cpu_model"].iloc[0]),
-                meta["paper"],
-                meta["where"],
-                meta["claim"],
+                fp,
+                part,
                 measured=(
                     f"best scheme {best['scheme']}: {best['hoisted']:.1f}% of peak hoisted vs "
                     f"{best['not hoisted']:.1f}% not hoisted "
@@ -160,13 +164,10 @@ def small_matmul(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
                 steadiest = c["std"] <= stats["std"].min() + 1e-9
                 verdict = "reproduced" if above and steadiest else "partial" if above else "differs"
         figures.append(
-            PaperFigure(
+            _paper(
                 "ttile_fig5_6",
-                str(fp),
-                str(part["cpu_model"].iloc[0]),
-                meta["paper"],
-                meta["where"],
-                meta["claim"],
+                fp,
+                part,
                 measured=measured,
                 verdict=verdict,
                 statistic="per I the best candidate of each series (median % of peak); over I the mean and "
@@ -208,13 +209,10 @@ def microkernel_slice(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]
         n_sel, best = int(data["selected"].sum()), data.loc[data["pct_peak_median"].idxmax()]
         verdict = "reproduced" if n_sel >= 10 else "partial" if n_sel else "differs"
         figures.append(
-            PaperFigure(
+            _paper(
                 "ttile_fig5_2",
-                str(fp),
-                str(part["cpu_model"].iloc[0]),
-                meta["paper"],
-                meta["where"],
-                meta["claim"],
+                fp,
+                part,
                 measured=(
                     f"{exp}: {len(data)} microkernels of the slice measured, {n_sel} at or above "
                     f"{threshold:g}% (selected); best uk={int(best['u_k'])}, uw={int(best['u_w'])} at "
