@@ -198,6 +198,36 @@ def check_group_choices(args: list[str]) -> None:
                 _fail(f"unknown {group} {choice!r}; allowed: {', '.join(allowed)}")
 
 
+def check_overrides(args: list[str]) -> None:
+    """Compose the config once (first value of each sweep) so a bad key or value is one line, exit 2,
+    before Hydra would print its multi-line error."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    overrides = [a for a in args if not a.startswith("-")]
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+    except Exception as exc:  # Hydra's grammar errors have no common base class worth naming
+        _fail(f"cannot read the overrides: {str(exc).splitlines()[0]}")
+    first = []
+    for o in parsed:
+        if o.is_hydra_override():
+            continue
+        if o.is_sweep_override():
+            value = next(iter(o.sweep_string_iterator()))
+            first.append(f"{o.get_key_element()}={value}")
+        else:
+            first.append(o.input_line)
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        try:
+            compose("config", overrides=first)
+        except Exception as exc:
+            internal = ("full_key", "object_type", "reference_type")
+            lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+            why = "; ".join(ln for ln in lines if not ln.startswith(internal))
+            _fail(why or type(exc).__name__)
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in COMMANDS:
@@ -206,6 +236,7 @@ def main(argv: list[str] | None = None) -> None:
     command, rest = argv[0], argv[1:]
     if command in ("run", "show"):
         check_group_choices(rest)
+        check_overrides(quote_schemes(rest))
         sys.argv = [f"harness {command}", *quote_schemes(rest)]
         try:
             _hydra_main(command)

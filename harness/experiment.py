@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import sys
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -149,6 +150,7 @@ def run_experiment(
 
     rows = []
     counts = {"ok": 0, "failed": 0}
+    start = time.monotonic()
     for n, ((cand, _rid), src) in enumerate(zip(todo, rendered, strict=True), start=1):
         row = _base_row(exp, cand, m)
         if isinstance(src, tuple):
@@ -165,9 +167,11 @@ def run_experiment(
             if row["status"] == "ok" and row["pct_peak_median"]
             else ""
         )
+        elapsed = time.monotonic() - start
+        eta = elapsed / n * (len(todo) - n)
         say(
             f"[{exp.name}] {n}/{len(todo)} ok={counts['ok']} failed={counts['failed']} "
-            f"{cand.label()}: {row['status']} {perf}"
+            f"elapsed {elapsed:.0f}s ETA {eta:.0f}s | {cand.label()}: {row['status']} {perf}"
         )
     return rows
 
