@@ -119,7 +119,7 @@ class View:
     origin: dict[str, str]
 
     def address(self, acc: Access, bases: Mapping[str, str]) -> str:
-        rel = {d: (b if d not in self.origin else f"{b} - {self.origin[d]}") for d, b in bases.items()}
+        rel = {d: (b if d not in self.origin else f"{b} - ({self.origin[d]})") for d, b in bases.items()}
         return f"{self.ptr} + {_linear(acc, self.strides, rel)}"
 
     def offset(self, acc: Access, offsets: Mapping[str, int]) -> int:
@@ -452,14 +452,18 @@ class _Gen:
             ptrs.append(ptr)
         vdim = self.an.vector_dim
         # operands are loaded where first used, so live ranges stay short (the register file is small)
-        operands: dict[tuple[int, int], str] = {}
+        operands: dict[tuple[int, int, str | None], str] = {}
         for off in self.unroll_combos(binding, env):
             names = []
             for n, acc in enumerate(self.op.inputs):
-                key = (n, self.views[n + 1].offset(acc, off))
+                voff = off.get(vdim, 0) if vdim else 0  # type: ignore[arg-type]
+                # a partial vector past the extent may alias another operand's address: the mask is
+                # part of what was loaded
+                mask = self.masks.get(voff) if self.uses_vector(acc) else None
+                key = (n, self.views[n + 1].offset(acc, off), mask)
                 if key not in operands:
                     name = f"{'ab'[n]}{len([k for k in operands if k[0] == n])}"
-                    expr = self.load(acc, ptrs[n], key[1], off.get(vdim, 0) if vdim else 0)  # type: ignore[arg-type]
+                    expr = self.load(acc, ptrs[n], key[1], voff)
                     self.line(f"const {self.ctype} {name} = {expr};")
                     operands[key] = name
                 names.append(operands[key])
@@ -526,7 +530,12 @@ def render_scheme(candidate: Candidate, workload: Workload) -> KernelSource:
     partial = str(candidate.option("partial", "none"))
     fma = bool(candidate.option("fma", True))
     hoist = bool(candidate.option("hoist", True))
-    padded = padded_workload(candidate.text, workload, target) if partial == "padded" else workload
+    padded = workload
+    if partial == "padded":
+        # the structure must be legal before its footprints mean anything: the rules that padding does not
+        # lift are those partial microkernels do not lift either
+        analyze_for(candidate.text, workload, target, "masked")
+        padded = padded_workload(candidate.text, workload, target)
     an = analyze_for(candidate.text, padded, target, partial)
     code, workspace = generate(an, padded, target, hoist=hoist, fma=fma)
     if padded is not workload:

@@ -194,7 +194,7 @@ def validate_atoms(atoms: Scheme) -> Scheme:
             else None
         )  # fmt: skip
         if missing:
-            raise SchemeError("syntax", f"{a.kind} needs {missing}", None, pos)
+            raise SchemeError("syntax", f"{a.kind} needs {missing}", a, pos)
         if a.kind in SIZED_KINDS and (not isinstance(a.size, int) or a.size < 1):
             raise SchemeError("positive-size", f"size must be a positive integer, got {a.size}", a, pos)
         if a.kind == "lambda_seq":

@@ -489,3 +489,35 @@ def test_packt_of_a_strided_conv_input_is_rejected() -> None:
             get_target(HOST_TARGET),
         )
     assert ei.value.rule == "packt-dims"
+
+
+# -- regressions found by the scheme fuzzer (harness/fuzz.py) --------------------------------------------
+def test_fuzz_regressions(tmp_path: Path, shared_cache: Path) -> None:
+    cases = [
+        # a masked vector past the extent aliases another operand's address: the mask must be part of the key
+        (
+            scheme(
+                "[R_h, R_c, R_r, R_w, R_k, R_s, U_{2,k}, U_{2,c}, U_{3,w}, V_k]",
+                target="avx2",
+                partial="masked",
+                hoist=False,
+            ),
+            conv(1, h=1, w=8, k=8, r=3, s=2, c=4),
+        ),
+        # a pack under a λ nest whose origin is an expression (w_2 + 2) must subtract it as a whole
+        (
+            scheme(
+                "[T_{2,c}, R_w, Texct_{6,w}, Tvar_{3,w}, R_h, T_{1,c}, λ_seq_w.[(1,2),(1,1)], R_s, T_{1,c}, "
+                "T_{1,r}, Pack_I, Pack_I, Uλ_w, V_k]",
+                target="avx2",
+            ),
+            conv(3, h=5, w=3, k=8, r=1, s=2, c=2),
+        ),
+    ]
+    if HOST_TARGET != "avx2" and "avx2" not in detect().isas:
+        pytest.skip("needs an AVX2 host")
+    for n, (cand, w) in enumerate(cases):
+        assert_all_ok([cand], w, tmp_path / str(n), shared_cache)
+    # padding an illegal structure is a scheme error, not a crash of the footprint computation
+    with pytest.raises(SchemeError, match="unroll-innermost"):
+        render(scheme("[R_j, Uλ_j, T_{11,i}, T_{1,i}, U_{3,j}, U_{11,k}]", partial="padded"), mm(11, 8, 10))
