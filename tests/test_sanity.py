@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 
 from harness.sanity import CoreWatch, SanityConfig, drift_flags, row_flags
 
@@ -49,9 +50,11 @@ def test_another_process_on_the_pinned_core_is_seen() -> None:
 
 def test_a_child_on_the_core_is_not_counted_as_another_process() -> None:
     cpu = max(os.sched_getaffinity(0))
+    with CoreWatch(cpu) as background:  # whatever else this machine runs (a busy CI host is not our child)
+        time.sleep(1)
     with CoreWatch(cpu) as watch:
         subprocess.run(spin(cpu, 1), check=True)
-    assert watch.other_pct < 50, watch.other_pct
+    assert watch.other_pct < background.other_pct + 30, (watch.other_pct, background.other_pct)
 
 
 def test_a_calibration_under_load_flags_every_row() -> None:
