@@ -35,6 +35,7 @@ class TimingConfig:
     cold_method: str = "clflushopt"  # or "sweep" (a buffer of flush_bytes written and read)
     flush_bytes: int | None = None  # None: 8x the last-level cache of this machine
     warmup: int = 3
+    warmup_seconds: float = 0.0  # hot mode: keep warming up at least this long (microsecond kernels)
     min_reps: int = 5
     max_reps: int = 50
     rel_ci: float = 0.02  # stop when the 95% CI half-width of the mean is within this fraction of it
@@ -145,7 +146,8 @@ def run_kernel(
         cmd += [
             "--out", str(out_path), "--ws", str(workspace_bytes), "--align", str(timing.align),
             "--mode", timing.mode, "--cold-method", timing.cold_method, "--flush-bytes", str(flush_bytes),
-            "--warmup", str(timing.warmup), "--min-reps", str(timing.min_reps),
+            "--warmup", str(timing.warmup), "--warmup-seconds", repr(timing.warmup_seconds),
+            "--min-reps", str(timing.min_reps),
             "--max-reps", str(timing.max_reps), "--rel-ci", repr(timing.rel_ci),
             "--max-seconds", repr(timing.max_seconds), "--counters", ",".join(counters), "--cpu", str(cpu),
         ]  # fmt: skip

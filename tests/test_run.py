@@ -184,3 +184,15 @@ def test_avx512_kernel_runs_where_supported(cache: Path) -> None:
                      workdir=cache)  # fmt: skip
     assert res.status == "ok", res.reason
     np.testing.assert_array_equal(res.output, 1 + x * x)
+
+
+def test_hot_warm_up_lasts_at_least_warmup_seconds(cache: Path) -> None:
+    """Warm-up is calls AND time: a microsecond kernel is called for at least warmup_seconds."""
+    counting = "int kernel(float *const *t, void *w) { (void)w; t[0][0] += 1.0f; return 0; }"
+    import time
+
+    timing = TimingConfig(mode="hot", warmup=1, warmup_seconds=0.3, min_reps=1, max_reps=1, rel_ci=1.0)
+    start = time.monotonic()
+    res = _run(counting, cache, timing=timing)
+    assert res.status == "ok", res.reason
+    assert time.monotonic() - start >= 0.3  # the driver kept calling the kernel for 0.3 s

@@ -189,7 +189,7 @@ int main(int argc, char **argv) {
     int n_tensors = 0, cpu = -1;
     size_t ws_bytes = 0, align = 1024, flush_bytes = 64u << 20;
     long warmup = 3, min_reps = 5, max_reps = 50;
-    double rel_ci = 0.02, max_seconds = 5.0;
+    double rel_ci = 0.02, max_seconds = 5.0, warmup_seconds = 0.0;
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -210,6 +210,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--cold-method")) cold_method = v;
         else if (!strcmp(a, "--flush-bytes")) flush_bytes = strtoull(v, NULL, 10);
         else if (!strcmp(a, "--warmup")) warmup = atol(v);
+        else if (!strcmp(a, "--warmup-seconds")) warmup_seconds = atof(v);
         else if (!strcmp(a, "--min-reps")) min_reps = atol(v);
         else if (!strcmp(a, "--max-reps")) max_reps = atol(v);
         else if (!strcmp(a, "--rel-ci")) rel_ci = atof(v);
@@ -278,7 +279,11 @@ int main(int argc, char **argv) {
             fail("error", 2, "unknown --cold-method %s", cold_method);
         }
     } else {
-        for (long i = 0; i < warmup; i++) check_rc(kernel(tensors, ws));
+        /* calls AND time: a microsecond kernel needs thousands of calls before the core, its caches and
+           predictors settle (its first millisecond of repetitions ran about 2x slower) */
+        uint64_t w0 = now_ns();
+        for (long i = 0; i < warmup || (now_ns() - w0) * 1e-9 < warmup_seconds; i++)
+            check_rc(kernel(tensors, ws));
     }
 
     /* Counters: first backend in --counters order that works; each failure keeps its reason. */
