@@ -138,7 +138,7 @@ class _Gen:
     lines: list[str] = field(default_factory=list)
     depth: int = 1
     counters: dict[str, int] = field(default_factory=dict)
-    acc_scope: dict[int, tuple[str, int]] | None = None  # output offset -> (accumulator, vector offset)
+    acc_scope: dict[tuple[int, str | None], tuple[str, int]] | None = None  # (offset, mask) -> (acc, voff)
     masks: dict[int, str] = field(default_factory=dict)  # vector offset -> mask of a partial vector tile
     masks_used: bool = False
     split: set[str] = field(default_factory=set)  # variable vector extents already split full/remainder
@@ -362,7 +362,7 @@ class _Gen:
 
     def open_region(
         self, env: Mapping[str, tuple[str, int | str]], binding: Mapping[str, int]
-    ) -> tuple[dict[int, tuple[str, int]], dict[int, str]]:
+    ) -> tuple[dict[tuple[int, str | None], tuple[str, int]], dict[int, str]]:
         """Output pointer, masks of a partial vector tile, and one accumulator per output vector."""
         t, out = self.target, self.op.output
         self.line(f"float *restrict po = {self.views[0].address(out, {d: b for d, (b, _) in env.items()})};")
@@ -383,16 +383,24 @@ class _Gen:
                 self.line(f"const {t.mask_type} {masks[voff]} = {t.mask_make.format(n=valid)};")
         self.masks = masks
         self.masks_used = self.masks_used or bool(masks)
-        accs: dict[int, tuple[str, int]] = {}
+        accs: dict[tuple[int, str | None], tuple[str, int]] = {}
         for off in combos:
-            key = self.views[0].offset(out, off)
+            key = self.acc_key(off)
             if key in accs:
                 continue
             name = f"acc{len(accs)}"
             accs[key] = (name, off.get(vdim, 0) if vdim else 0)  # type: ignore[arg-type]
-            load = self.load(out, "po", key, accs[key][1])
+            load = self.load(out, "po", key[0], accs[key][1])
             self.line(f"{self.ctype} {name} = {load};")
         return accs, masks
+
+    def acc_key(self, off: Mapping[str, int]) -> tuple[int, str | None]:
+        """An output vector: its offset, and its mask, since a partial vector past the extent may share
+        its address with another row's full vector."""
+        vdim = self.an.vector_dim
+        voff = off.get(vdim, 0) if vdim else 0  # type: ignore[arg-type]
+        mask = self.masks.get(voff) if self.uses_vector(self.op.output) else None
+        return self.views[0].offset(self.op.output, off), mask
 
     def load(self, acc: Access, ptr: str, offset: int, voff: int) -> str:
         t = self.target
@@ -404,9 +412,9 @@ class _Gen:
             return f"{t.set1}({ptr}[{offset}])"
         return f"{ptr}[{offset}]"
 
-    def store_accumulators(self, accs: Mapping[int, tuple[str, int]]) -> None:
+    def store_accumulators(self, accs: Mapping[tuple[int, str | None], tuple[str, int]]) -> None:
         t = self.target
-        for off, (name, voff) in accs.items():
+        for (off, _), (name, voff) in accs.items():
             if not self.uses_vector(self.op.output):
                 self.line(f"po[{off}] = {name};")
             elif voff in self.masks:
@@ -467,7 +475,7 @@ class _Gen:
                     self.line(f"const {self.ctype} {name} = {expr};")
                     operands[key] = name
                 names.append(operands[key])
-            acc_name = accs[self.views[0].offset(self.op.output, off)][0]
+            acc_name = accs[self.acc_key(off)][0]
             a, b = names
             if not self.vectorized:
                 self.line(f"{acc_name} += {a} * {b};")
