@@ -243,8 +243,12 @@ class _Gen:
         n = next(i for i, t in enumerate(self.op.tensors) if t.tensor == a.tensor)
         acc, src = self.op.tensors[n], self.views[n]
         nominal = {d: e if isinstance(e, int) else self.nominal[e] for d, (_, e) in env.items()}
-        # buffer axes, innermost last: the tensor's own axes, or one per dimension in the PackT order
-        order = list(range(len(acc.axes))) if a.kind == "Pack" else [acc.dims().index(d) for d in a.dims]
+        # buffer axes, innermost last: the layout the tensor has here (a PackT above may have transposed
+        # it), or one per dimension in this PackT's order
+        if a.kind == "Pack":
+            order = sorted(range(len(acc.axes)), key=lambda ax: -src.strides[ax])
+        else:
+            order = [acc.dims().index(d) for d in a.dims]
 
         def extent(axis: int, ext: Mapping[str, int | str]) -> int | str:
             terms = [(c, ext[d]) for d, c in acc.axes[axis]]
@@ -540,10 +544,12 @@ def render_scheme(candidate: Candidate, workload: Workload) -> KernelSource:
     hoist = bool(candidate.option("hoist", True))
     padded = workload
     if partial == "padded":
-        # the structure must be legal before its footprints mean anything: the rules that padding does not
-        # lift are those partial microkernels do not lift either
-        analyze_for(candidate.text, workload, target, "masked")
-        padded = padded_workload(candidate.text, workload, target)
+        try:
+            padded = padded_workload(candidate.text, workload, target)
+        except KeyError:
+            # footprints of an ill-formed scheme (a Uλ without its λ_seq): report the rule it breaks
+            analyze_for(candidate.text, workload, target, "masked")
+            raise
     an = analyze_for(candidate.text, padded, target, partial)
     code, workspace = generate(an, padded, target, hoist=hoist, fma=fma)
     if padded is not workload:
