@@ -7,6 +7,32 @@
 
 configfile: "workflow/config.yaml"
 
+
+def merge_catalogue(config, folder="workflow/catalogue"):
+    """Add each study's figures, papers and jobs (workflow/catalogue/*.yaml) to the base catalogue."""
+    import yaml
+    from pathlib import Path
+
+    for path in sorted(Path(folder).glob("*.yaml")):
+        part = yaml.safe_load(path.read_text()) or {}
+        for key in ("figures", "papers"):
+            for name, value in (part.get(key) or {}).items():
+                if key == "papers":
+                    config[key].setdefault(name, [])
+                    config[key][name] += [v for v in value if v not in config[key][name]]
+                elif name in config[key]:
+                    raise ValueError(f"{path}: figure {name!r} is defined twice")
+                else:
+                    config[key][name] = value
+        for profile, jobs in (part.get("jobs") or {}).items():
+            clash = set(jobs) & set(config["jobs"].setdefault(profile, {}))
+            if clash:
+                raise ValueError(f"{path}: jobs {sorted(clash)} are defined twice in profile {profile}")
+            config["jobs"][profile].update(jobs)
+
+
+merge_catalogue(config)
+
 PROFILE = config.get("profile", "quick")
 JOBS = config["jobs"][PROFILE]
 FIGURES = config["figures"]

@@ -8,6 +8,9 @@
     harness export --pyperf results/timings.json --csv results/csv
     harness microkernels [--quick]
 
+Studies add their own commands as plug-ins: a module ``harness/commands/<name>.py`` with
+``main(argv: list[str]) -> None`` is ``harness <name> ...`` (it takes ``--results DIR`` like the others).
+
 Bad input (unknown workload or operator, malformed scheme, impossible sizes) exits with status 2 and one
 line naming what is wrong.
 """
@@ -228,10 +231,32 @@ def check_overrides(args: list[str]) -> None:
             _fail(why or type(exc).__name__)
 
 
+def plugin_commands() -> dict[str, str]:
+    """The plug-in commands (harness/commands/*.py) and the first line of their docstrings."""
+    import importlib
+    import pkgutil
+
+    from harness import commands
+
+    out = {}
+    for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
+        doc = importlib.import_module(f"harness.commands.{info.name}").__doc__ or ""
+        out[info.name.replace("_", "-")] = doc.strip().splitlines()[0] if doc.strip() else ""
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
+    plugins = plugin_commands()
+    if argv and argv[0] in plugins:
+        import importlib
+
+        importlib.import_module(f"harness.commands.{argv[0].replace('-', '_')}").main(argv[1:])
+        return
     if not argv or argv[0] not in COMMANDS:
         print(__doc__)
+        for name, line in plugins.items():
+            print(f"    harness {name:<14} {line}")
         sys.exit(0 if argv and argv[0] in ("-h", "--help") else 2)
     command, rest = argv[0], argv[1:]
     if command in ("run", "show"):

@@ -1,5 +1,9 @@
 """Paper figures: for each reproduced figure, our plot, the statistic compared with the paper's claim,
-and an automatic verdict. Claims (text and numbers) are data in ``reports/claims.yaml``.
+and an automatic verdict. Claims (text and numbers) are data in ``reports/claims/*.yaml``.
+
+Figures are plug-ins: this module holds the seed-000 foundation figures; every module ``reports/fig_*.py``
+adds its own by defining ``FIGURES`` (a list of builders ``(summary, out_dir) -> list[PaperFigure]``)
+and its claims in ``reports/claims/<topic>.yaml``.
 
 A figure is built per machine (reports never mix machines in one ratio) from the summary of the result
 store (``harness.analysis.summarize``); a figure whose experiment has no rows is simply absent.
@@ -7,6 +11,8 @@ store (``harness.analysis.summarize``); a figure whose experiment has no rows is
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,7 +27,18 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 import yaml  # noqa: E402
 
-CLAIMS = yaml.safe_load((Path(__file__).parent / "claims.yaml").read_text(encoding="utf-8"))
+
+def _load_claims() -> dict[str, Any]:
+    claims: dict[str, Any] = {}
+    for path in sorted((Path(__file__).parent / "claims").glob("*.yaml")):
+        part = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        if clash := set(part) & set(claims):
+            raise ValueError(f"{path.name}: claims {sorted(clash)} are already defined in another file")
+        claims.update(part)
+    return claims
+
+
+CLAIMS = _load_claims()
 
 
 @dataclass
@@ -41,7 +58,7 @@ class PaperFigure:
 
 
 def _paper(name: str, fp: object, part: pd.DataFrame, **measured: Any) -> PaperFigure:
-    """A figure of ``name`` on machine ``fp``: the paper's side from claims.yaml, ours from ``measured``."""
+    """A figure of ``name`` on machine ``fp``: the paper's side from the claims, ours from ``measured``."""
     meta = CLAIMS[name]
     cpu = str(part["cpu_model"].iloc[0])
     return PaperFigure(name, str(fp), cpu, meta["paper"], meta["where"], meta["claim"], **measured)
@@ -229,11 +246,22 @@ def microkernel_slice(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]
     return figures
 
 
-FIGURES: list[Callable[[pd.DataFrame, Path], list[PaperFigure]]] = [hoisting, microkernel_slice, small_matmul]
+Builder = Callable[[pd.DataFrame, Path], list[PaperFigure]]
+FIGURES: list[Builder] = [hoisting, microkernel_slice, small_matmul]
+
+
+def all_builders() -> list[Builder]:
+    """This module's figures, then those of every ``reports/fig_*.py`` plug-in (sorted by module name)."""
+    builders = list(FIGURES)
+    package = Path(__file__).parent
+    for info in sorted(pkgutil.iter_modules([str(package)]), key=lambda m: m.name):
+        if info.name.startswith("fig_"):
+            builders += importlib.import_module(f"reports.{info.name}").FIGURES
+    return builders
 
 
 def paper_figures(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
     """Every paper figure the results allow, one per figure and machine."""
     if summary.empty:
         return []
-    return [f for build in FIGURES for f in build(summary, out_dir)]
+    return [f for build in all_builders() for f in build(summary, out_dir)]

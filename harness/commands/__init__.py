@@ -1,0 +1,1 @@
+"""Plug-in subcommands of ``harness``: one module per command, each with ``main(argv)``."""
