@@ -95,14 +95,22 @@ class KernelSource:
         return content_hash({"code": self.code, "cflags": self.cflags, "libs": self.libs})
 
 
+# Renderers per candidate kind, as "module:function" (imported on first use, so a kind's module and its
+# dependencies load only when used). A new kernel family is a new module plus one line here.
+RENDERERS: dict[str, str] = {
+    "scheme": "kernels.codegen:render_scheme",  # a TTiLE scheme (seed 000)
+    "baseline": "kernels.baselines:render_baseline",  # a vendor library call
+    "conv_algo": "kernels.conv_algos:render_conv_algo",  # im2col + GEMM, YaConv (seed 001)
+    "loop_string": "kernels.loop_strings:render_loop_string",  # PARLOOPER loop strings (seed 003)
+}
+
+
 def render(candidate: Candidate, workload: Workload) -> KernelSource:
     """C source for ``candidate`` on ``workload`` (dispatch on the candidate kind)."""
-    if candidate.kind == "scheme":
-        from kernels.codegen import render_scheme
+    import importlib
 
-        return render_scheme(candidate, workload)
-    if candidate.kind == "baseline":
-        from kernels.baselines import render_baseline
-
-        return render_baseline(candidate, workload)
-    raise ValueError(f"unknown candidate kind {candidate.kind!r}")
+    target = RENDERERS.get(candidate.kind)
+    if target is None:
+        raise ValueError(f"unknown candidate kind {candidate.kind!r}; known: {', '.join(RENDERERS)}")
+    module, function = target.split(":")
+    return getattr(importlib.import_module(module), function)(candidate, workload)

@@ -8,7 +8,10 @@ A space entry is one of
   (optional ``limit``: keep the covers with the fewest microkernel calls)
   expands to one scheme per way of covering the workload's dimension ``i`` with microkernel sizes
   (thesis §5.3): a single dividing size ``n x a`` gives ``T_{n,i}`` / ``U_{a,i}``, a combination
-  ``n_a x a + n_b x b`` gives ``λ_seq_i.[(n_a,a),(n_b,b)]`` / ``Uλ_i``.
+  ``n_a x a + n_b x b`` gives ``λ_seq_i.[(n_a,a),(n_b,b)]`` / ``Uλ_i``;
+- an *expander* entry, a mapping whose key is one of :data:`EXPANDERS` (e.g. ``{gemm_variant: B3A2C0,
+  ...}``): a kernel family's module turns it into schemes;
+- a candidate of another kind: ``{kind: conv_algo, text: yaconv, options: {...}}``.
 """
 
 from __future__ import annotations
@@ -23,6 +26,13 @@ from kernels.scheme import format_scheme, parse_scheme
 
 class SpaceError(ValueError):
     """A malformed space entry (names the entry and what is wrong)."""
+
+
+# Space-entry expanders of the kernel families, as "module:function"; the function takes (entry, workload,
+# target) and returns (scheme text, options) pairs, like entry_schemes.
+EXPANDERS: dict[str, str] = {
+    "gemm_variant": "kernels.gemm_family:space_entry",  # seed 002: the BLIS-like GEMM family
+}
 
 
 def _for_target(value: Any, target: str) -> Any:
@@ -54,6 +64,11 @@ def cover_texts(
 
 def entry_schemes(entry: Any, workload: Workload, target: str) -> list[tuple[str, dict[str, Any]]]:
     """(scheme text, per-entry options) of one space entry."""
+    if isinstance(entry, Mapping) and (keys := set(entry) & set(EXPANDERS)):
+        import importlib
+
+        module, function = EXPANDERS[sorted(keys)[0]].split(":")
+        return getattr(importlib.import_module(module), function)(entry, workload, target)
     if isinstance(entry, Mapping) and "cover" in entry:
         dim = str(entry["cover"])
         if dim not in workload.size:
@@ -91,6 +106,14 @@ def space_candidates(
     variants = [{}] if scheme else list(space.get("variants") or [{}])
     out: dict[str, Candidate] = {}
     for entry in entries:
+        if isinstance(entry, Mapping) and "kind" in entry:
+            c = Candidate(
+                str(entry["kind"]),
+                str(entry["text"]),
+                tuple(sorted({**base_options, **(entry.get("options") or {})}.items())),
+            )
+            out.setdefault(c.key, c)
+            continue
         for text, options in entry_schemes(entry, workload, target):
             canonical = format_scheme(parse_scheme(text))  # one spelling per scheme, so one candidate key
             for v in variants:
