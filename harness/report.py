@@ -24,8 +24,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from harness import analysis, store
-from reports.figures import paper_figures
+from harness import analysis, provenance, store
+from reports.figures import CLAIMS, PaperFigure, paper_figures
 
 TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "reports" / "templates"
 DEFAULT_TITLE = "Tensor kernel benchmark report"
@@ -55,13 +55,20 @@ def build_report(
     df = store.load(Path(results_dir))
     if experiments is not None:
         df = df[df["experiment"].isin(experiments)].reset_index(drop=True)
-    return render_report(df, Path(out_dir), title=title)
+    return render_report(df, Path(out_dir), title=title, results_dir=Path(results_dir))
 
 
 def render_report(
-    df: pd.DataFrame, out_dir: Path, title: str = DEFAULT_TITLE, templates_dir: Path = TEMPLATES_DIR
+    df: pd.DataFrame,
+    out_dir: Path,
+    title: str = DEFAULT_TITLE,
+    templates_dir: Path = TEMPLATES_DIR,
+    results_dir: Path | None = None,
 ) -> Path:
-    """Write index.html, style.css and figures/ for the rows in ``df`` (store schema) into ``out_dir``."""
+    """Write index.html, provenance.html, style.css and figures/ for the rows in ``df`` (store schema).
+
+    ``results_dir`` (optional) is where the calibration cache is read for the provenance page.
+    """
     out_dir = Path(out_dir)
     fig_dir = out_dir / "figures"
     fig_dir.mkdir(parents=True, exist_ok=True)
@@ -76,7 +83,6 @@ def render_report(
         reps["display"] = [
             names[(e, k)] for e, k in zip(reps["experiment"], reps["candidate_key"], strict=True)
         ]
-    counts = analysis.counts(df)
 
     experiments = []
     for exp in sorted(df["experiment"].dropna().unique()) if not df.empty else []:
@@ -90,7 +96,8 @@ def render_report(
         experiments.append(
             {
                 "name": exp,
-                "counts": counts.loc[exp].to_dict(),
+                "anchor": f"exp-{_slug(exp, 80)}",
+                "counts": unit_counts(exp_summary),
                 "figures": figures,
                 "machines": _summary_by_machine(exp_summary),
                 "failed": _records(
@@ -111,19 +118,86 @@ def render_report(
         lstrip_blocks=True,
     )
     env.filters["num"] = _num
+    env.filters["sig"] = _sig
+    env.filters["slug"] = lambda s: _slug(s, 80)
     env.filters["short"] = lambda s, n=12: "" if s is None else str(s)[:n]
+    figures = sorted(
+        (complete_figure(f, summary) for f in paper_figures(summary, fig_dir)),
+        key=lambda f: (f.name, f.cpu_model, f.machine),
+    )
+    # (anchor, figure): the verdict table links to each figure's section
+    anchored = [(f"fig-{i}-{_slug(f.name)}", f) for i, f in enumerate(figures, 1)]
+    machines = _machines(df)
+    common = {"title": title, "n_rows": len(df), "time_span": _time_span(df), "machines": machines}
     html = env.get_template("index.html.j2").render(
-        title=title,
-        n_rows=len(df),
-        time_span=_time_span(df),
-        machines=_machines(df),
+        **common, experiments=experiments, paper_figures=anchored, verdicts=_verdict_counts(figures)
+    )
+    prov = env.get_template("provenance.html.j2").render(
+        **common,
+        env=provenance.environment(),
+        harness_versions=provenance.harness_versions(df),
+        compilers=provenance.compilers_used(df),
+        calibrations=provenance.calibrations(results_dir),
+        row_peaks=provenance.row_peaks(df),
+        counters=provenance.counter_backends(df),
         experiments=experiments,
-        paper_figures=paper_figures(summary, fig_dir),
     )
     shutil.copyfile(Path(templates_dir) / "style.css", out_dir / "style.css")
+    (out_dir / "provenance.html").write_text(prov, encoding="utf-8")
     index = out_dir / "index.html"
     index.write_text(html, encoding="utf-8")
     return index
+
+
+# -- paper figures -------------------------------------------------------------------------------------
+
+UNAVAILABLE = ("unsupported",)
+
+
+def figure_experiments(fig: PaperFigure, summary: pd.DataFrame) -> list[str]:
+    """The experiments a figure reads: its own list, else its claim's ``experiment`` or prefix."""
+    if fig.experiments:
+        return list(fig.experiments)
+    meta = CLAIMS.get(fig.name, {})
+    if "experiment" in meta:
+        return [str(meta["experiment"])]
+    if "experiment_prefix" in meta and not summary.empty:
+        names = summary["experiment"].dropna().unique()
+        return sorted(str(e) for e in names if str(e).startswith(str(meta["experiment_prefix"])))
+    return []
+
+
+def unit_counts(summary: pd.DataFrame) -> dict[str, int]:
+    """Measurement units by outcome: ok, wrong (failed the semantic check), unavailable (e.g. an ISA or
+    library this machine lacks), failed (crash, timeout, compile error...)."""
+    status = summary["status"] if not summary.empty else pd.Series(dtype="object")
+    return {
+        "total": int(len(status)),
+        "ok": int((status == "ok").sum()),
+        "wrong": int((status == "wrong").sum()),
+        "unavailable": int(status.isin(UNAVAILABLE).sum()),
+        "failed": int((~status.isin(["ok", "wrong", *UNAVAILABLE])).sum()),
+    }
+
+
+def complete_figure(fig: PaperFigure, summary: pd.DataFrame) -> PaperFigure:
+    """Fill what a builder left empty from the summary: experiments, timing mode, candidate counts."""
+    fig.experiments = figure_experiments(fig, summary)
+    part = summary[
+        summary["experiment"].isin(fig.experiments) & (summary["machine_fingerprint"] == fig.machine)
+    ]
+    if not fig.counts:
+        fig.counts = unit_counts(part)
+    if not fig.timing_mode and not part.empty:
+        fig.timing_mode = ", ".join(sorted(map(str, part["timing_mode"].dropna().unique())))
+    return fig
+
+
+def _verdict_counts(figures: list[PaperFigure]) -> dict[str, int]:
+    out = {"reproduced": 0, "partial": 0, "differs": 0}
+    for f in figures:
+        out[f.verdict] = out.get(f.verdict, 0) + 1
+    return out
 
 
 # -- figures -------------------------------------------------------------------------------------------
@@ -410,6 +484,19 @@ def _num(value: Any, digits: int = 1, scale: float = 1.0) -> str:
     return f"{v:.{digits}f}"
 
 
+def _sig(value: Any, digits: int = 3) -> str:
+    """Jinja filter: ``digits`` significant figures (ratios and counts read better than fixed point)."""
+    if _isna(value):
+        return "–"
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return str(value)
+    if math.isinf(v):
+        return "∞" if v > 0 else "-∞"
+    return f"{v:.{digits}g}"
+
+
 def _time_span(df: pd.DataFrame) -> tuple[str, str] | None:
     ts = df["timestamp"].dropna() if "timestamp" in df else pd.Series(dtype="object")
     return (str(ts.min()), str(ts.max())) if len(ts) else None
@@ -421,12 +508,19 @@ def experiments_in(results_dir: Path) -> list[str]:
     return sorted(p.name for p in base.iterdir() if p.is_dir()) if base.is_dir() else []
 
 
-def build_pdf(html: Path) -> Path:
-    """The same report as a PDF next to the HTML (WeasyPrint renders the page and its figures)."""
+def pdf_documents(html: Path) -> list[Any]:
+    """WeasyPrint renderings of the report's pages in PDF order: the index, then the provenance page."""
     import weasyprint
 
+    pages = [Path(html), Path(html).with_name("provenance.html")]
+    return [weasyprint.HTML(filename=str(p)).render() for p in pages if p.is_file()]
+
+
+def build_pdf(html: Path) -> Path:
+    """The same report as one PDF next to the HTML: the index, then the provenance page."""
+    docs = pdf_documents(html)
     pdf = Path(html).with_name("report.pdf")
     tmp = pdf.with_suffix(".pdf.tmp")
-    weasyprint.HTML(filename=str(html)).write_pdf(str(tmp))
+    docs[0].copy([page for doc in docs for page in doc.pages]).write_pdf(str(tmp))
     tmp.replace(pdf)
     return pdf

@@ -43,6 +43,13 @@ CLAIMS = _load_claims()
 
 @dataclass
 class PaperFigure:
+    """One reproduced figure on one machine: the paper's side (from the claims) beside ours.
+
+    The fields after ``table`` are optional so plug-ins written before them keep working; the report
+    fills ``experiments`` (from the claims), ``timing_mode`` and the candidate counts when a builder leaves
+    them empty, and shows ``ratio`` wherever both ``ours`` and ``paper_value`` are numbers.
+    """
+
     name: str
     machine: str  # fingerprint
     cpu_model: str
@@ -55,13 +62,67 @@ class PaperFigure:
     image: str | None = None  # relative to the report directory
     csv: str | None = None
     table: list[dict[str, Any]] = field(default_factory=list)
+    ours: float | None = None  # our headline number (the one compared with the paper's)
+    ours_ci: tuple[float, float] | None = None  # its 95% confidence interval
+    paper_value: float | None = None  # the paper's number in the same unit, when it gave one
+    unit: str = ""  # unit of ours / paper_value, e.g. "% of peak" or "x speed-up"
+    paper_text: str = ""  # the paper's number in words (e.g. "45% -> 90%"); defaults to the claims'
+    experiments: list[str] = field(default_factory=list)  # experiments the figure reads
+    timing_mode: str = ""  # hot | cold | "hot, cold"
+    counts: dict[str, int] = field(default_factory=dict)  # units: total, ok, wrong, unavailable, failed
+
+    @property
+    def ratio(self) -> float | None:
+        """ours / paper_value, when both are numbers (None otherwise)."""
+        if self.ours is None or not self.paper_value or _nan(self.ours):
+            return None
+        return float(self.ours) / float(self.paper_value)
+
+    @property
+    def ratio_ci(self) -> tuple[float, float] | None:
+        """The CI of ours divided by the paper's number (the paper's is taken as exact)."""
+        if self.ratio is None or self.ours_ci is None or any(_nan(v) for v in self.ours_ci):
+            return None
+        lo, hi = self.ours_ci
+        return float(lo) / float(self.paper_value), float(hi) / float(self.paper_value)  # type: ignore[arg-type]
+
+
+def _nan(value: object) -> bool:
+    try:
+        return value is None or bool(pd.isna(value))
+    except (TypeError, ValueError):
+        return False
 
 
 def _paper(name: str, fp: object, part: pd.DataFrame, **measured: Any) -> PaperFigure:
-    """A figure of ``name`` on machine ``fp``: the paper's side from the claims, ours from ``measured``."""
+    """A figure of ``name`` on machine ``fp``: the paper's side from the claims, ours from ``measured``.
+
+    Claims may carry ``paper_text`` (the paper's number in words) and ``experiment``; both become
+    defaults of the figure. ``timing_mode`` defaults to the modes present in ``part``.
+    """
     meta = CLAIMS[name]
     cpu = str(part["cpu_model"].iloc[0])
+    measured.setdefault("paper_text", str(meta.get("paper_text", "")))
+    if "experiment" in meta:
+        measured.setdefault("experiments", [meta["experiment"]])
+    if "timing_mode" in part:
+        measured.setdefault("timing_mode", ", ".join(sorted(map(str, part["timing_mode"].dropna().unique()))))
     return PaperFigure(name, str(fp), cpu, meta["paper"], meta["where"], meta["claim"], **measured)
+
+
+def mean_ci(values: Any, level: float = 0.95) -> tuple[float, float]:
+    """Student-t CI of a mean (NaN, NaN below two values): summaries over sizes are means of medians."""
+    import numpy as np
+    from scipy import stats
+
+    v = np.asarray(values, dtype=float)
+    v = v[np.isfinite(v)]
+    if v.size < 2:
+        return float("nan"), float("nan")
+    if np.all(v == v[0]):
+        return float(v[0]), float(v[0])
+    lo, hi = stats.t.interval(level, v.size - 1, loc=v.mean(), scale=stats.sem(v))
+    return float(lo), float(hi)
 
 
 def _ok(summary: pd.DataFrame, experiment: str) -> pd.DataFrame:
@@ -94,6 +155,13 @@ def hoisting(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
         if pairs.empty:
             continue
         pairs["ratio"] = pairs["hoisted"] / pairs["not hoisted"]
+        # CIs of both medians, and the ratio's interval from their extreme quotients (conservative)
+        for col, is_hoisted in (("hoisted", True), ("not hoisted", False)):
+            side = part[part["hoisted"] == is_hoisted].drop_duplicates("scheme").set_index("scheme")
+            for b in ("low", "high"):
+                pairs[f"{col} ci {b}"] = pairs["scheme"].map(side[f"pct_peak_median_ci_{b}"]).astype(float)
+        pairs["ratio ci low"] = pairs["hoisted ci low"] / pairs["not hoisted ci high"]
+        pairs["ratio ci high"] = pairs["hoisted ci high"] / pairs["not hoisted ci low"]
         best = pairs.loc[pairs["hoisted"].idxmax()]
         long = pairs.melt(id_vars="scheme", value_vars=["not hoisted", "hoisted"], value_name="pct")
         fig, ax = plt.subplots(figsize=(9, 0.8 + 0.5 * len(pairs)))
@@ -109,6 +177,7 @@ def hoisting(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
         ax.legend(title="accumulators", loc="lower right")
         image, csv = _save(fig, pairs, out_dir, f"ttile_s4_3_hoisting-{fp}")
         paper_ratio = meta["paper_numbers"]["with"] / meta["paper_numbers"]["without"]
+        table = pairs[["scheme", "not hoisted", "hoisted", "ratio", "ratio ci low", "ratio ci high"]]
         reproduced = best["hoisted"] >= 80.0 and best["ratio"] >= 1.5
         figures.append(
             _paper(
@@ -125,7 +194,13 @@ def hoisting(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
                 "and at least 1.5x its unhoisted twin",
                 image=image,
                 csv=csv,
-                table=pairs.round(2).to_dict("records"),
+                table=table.round(2).to_dict("records"),
+                ours=float(best["ratio"]),
+                ours_ci=(float(best["ratio ci low"]), float(best["ratio ci high"])),
+                paper_value=paper_ratio,
+                paper_text=f"{meta['paper_numbers']['without']:g}% -> {meta['paper_numbers']['with']:g}% of "
+                f"peak (x{paper_ratio:.1f})",
+                unit="x (hoisted / not hoisted, best scheme)",
             )
         )
     return figures
@@ -159,6 +234,9 @@ def small_matmul(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
         best = part.loc[part.groupby(["series", "I"])["pct_peak_median"].idxmax()]
         best = best[["series", "I", "label", "pct_peak_median"]]
         stats = best.groupby("series")["pct_peak_median"].agg(["mean", "std", "min", "count"]).reset_index()
+        cis = {k: mean_ci(v) for k, v in best.groupby("series")["pct_peak_median"]}
+        stats["mean ci low"] = [cis[k][0] for k in stats["series"]]
+        stats["mean ci high"] = [cis[k][1] for k in stats["series"]]
         stats = stats.sort_values("mean", ascending=False)
         order = [s for s in SERIES if s in set(best["series"])] + sorted(set(best["series"]) - set(SERIES))
         fig, ax = plt.subplots(figsize=(9, 4.5))
@@ -169,8 +247,10 @@ def small_matmul(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
         comb = stats[stats["series"] == SERIES[0]]
         libs = stats[~stats["series"].isin(SERIES)]
         verdict, measured = "differs", "no combination series measured"
+        ours: dict[str, Any] = {}
         if not comb.empty:
             c = comb.iloc[0]
+            ours = dict(ours=float(c["mean"]), ours_ci=(float(c["mean ci low"]), float(c["mean ci high"])))
             measured = (
                 f"combination: mean {c['mean']:.1f}% (sd {c['std']:.1f}) over {int(c['count'])} sizes of I"
             )
@@ -187,12 +267,15 @@ def small_matmul(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
                 part,
                 measured=measured,
                 verdict=verdict,
-                statistic="per I the best candidate of each series (median % of peak); over I the mean and "
-                "standard deviation; reproduced if the combination's mean is at least the best library's and "
-                "its spread the smallest, partial if only the mean holds",
+                statistic="per I the best candidate of each series (median % of peak); over I the mean "
+                "(95% t-interval) and standard deviation; reproduced if the combination's mean is at least "
+                "the best library's and its spread the smallest, partial if only the mean holds",
                 image=image,
                 csv=csv,
                 table=stats.round(2).to_dict("records"),
+                unit="% of peak (combination, mean over I)",
+                paper_text="no number: combination >= libraries on average, least variation over I",
+                **ours,
             )
         )
     return figures
@@ -219,8 +302,13 @@ def microkernel_slice(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]
         ok = sl["status"] == "ok"
         data = pd.DataFrame({
             "u_k": sl["k"], "u_w": sl["w"], "pct_peak_median": sl["pct_peak_median"].where(ok),
+            "ci_low": sl["pct_peak_median_ci_low"].where(ok),
+            "ci_high": sl["pct_peak_median_ci_high"].where(ok),
             "selected": ok & (sl["pct_peak_median"] >= threshold), "status": sl["status"],
         })  # fmt: skip
+        # the count's interval: kernels surely above the threshold (CI low) to possibly above (CI high)
+        n_sure = int((data["ci_low"].fillna(data["pct_peak_median"]) >= threshold).sum())
+        n_maybe = int((data["ci_high"].fillna(data["pct_peak_median"]) >= threshold).sum())
         stem = f"ttile_fig5_2-{exp}-{fp}"
         plot_fig5_2(data, out_dir / f"{stem}.png", title=f"{exp} on {part['cpu_model'].iloc[0]}")
         n_sel, best = int(data["selected"].sum()), data.loc[data["pct_peak_median"].idxmax()]
@@ -237,10 +325,16 @@ def microkernel_slice(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]
                 ),
                 verdict=verdict,
                 statistic=f"median % of calibrated peak per microkernel; reproduced if at least ten reach "
-                f"{threshold:g}% in the slice, partial if some do",
+                f"{threshold:g}% in the slice, partial if some do; the count's interval counts the kernels "
+                "whose 95% CI lies above the threshold, and those whose CI reaches it",
                 image=f"figures/{stem}.png",
                 csv=f"figures/{stem}.csv",
                 table=data[data["selected"]].round(1).to_dict("records"),
+                ours=float(n_sel),
+                ours_ci=(float(n_sure), float(n_maybe)),
+                unit=f"microkernels at or above {threshold:g}% of peak",
+                paper_text=f"'counted in tens' above {threshold:g}% of peak",
+                experiments=[str(exp)],
             )
         )
     return figures

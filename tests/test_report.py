@@ -215,13 +215,17 @@ def test_build_report(tmp_path: Path) -> None:
     assert html.count('class="per-machine"') == 2
 
     # failures listed with status and escaped reason
-    failed = html.split("<h3>Failed candidates</h3>")[1].split("<h3>Provenance</h3>")[0]
+    failed = html.split("<h3>Failed candidates</h3>")[1].split('class="prov-link"')[0]
     assert "wrong-one" in failed and "crasher" in failed
     assert "SIGSEGV &lt;in kernel&gt;" in failed and "max rel err 0.25" in failed
 
-    # provenance
-    assert "clock_gettime" in html and "no PMU in VM" in html and "clflushopt" in html
+    # provenance: on its own page, linked from the index
+    assert 'href="provenance.html"' in html
+    prov = (out / "provenance.html").read_text(encoding="utf-8")
+    assert "clock_gettime" in prov and "no PMU in VM" in prov and "clflushopt" in prov
+    assert "-O3 -march=native" in prov and "12.2.0" in prov
     assert "src-k0" in html
+    assert EVIL not in prov
 
     # escaping: the label never appears raw
     assert EVIL not in html
