@@ -2,10 +2,12 @@
 
 Each library is data (:class:`Library`): where its file is, the prototypes, how to force one thread and
 the call computing row-major ``C[i,j] += A[i,k] * B[k,j]``. Libraries are linked from their packages
-(Debian's OpenBLAS, BLIS and libxsmm, the OpenBLAS that numpy ships, PyPI's MKL), never re-implemented,
-and run single-threaded. One that is not installed raises :class:`BaselineUnavailable`, which the
-harness records as an unsupported candidate rather than a failure. Prototypes are declared here, so no
-header needs to be installed; the symbols and integer widths were checked with ``nm -D`` and the headers.
+(Debian's OpenBLAS, BLIS, libxsmm and oneDNN, the OpenBLAS that numpy ships, PyPI's MKL), never
+re-implemented, and run single-threaded. oneDNN also serves the conv2d operator with its direct
+convolution primitive (:func:`_onednn_conv_source`). One that is not installed raises
+:class:`BaselineUnavailable`, which the harness records as an unsupported candidate rather than a
+failure. Prototypes are declared here, so no header needs to be installed (except dnnl.h for the
+convolution's types); the symbols and integer widths were checked with ``nm -D`` and the headers.
 """
 
 from __future__ import annotations
@@ -95,6 +97,23 @@ _LIBXSMM = Library(
     link=("-lpthread", "-ldl", "-lm"),
 )
 
+# oneDNN (Debian libdnnl 2.6): dnnl_sgemm is row-major (dnnl.h) with 64-bit dnnl_dim_t and returns a
+# dnnl_status_t (0 = success, passed on as the kernel's return code). Debian builds it with the OpenMP
+# runtime (DNNL_CPU_RUNTIME = DNNL_RUNTIME_OMP in dnnl_config.h, libdnnl.so.2 links libgomp), so
+# omp_set_num_threads(1) on the calling thread is what makes it use one thread.
+_ONEDNN = Library(
+    "onednn",
+    tuple(f"{d}/libdnnl.so.2" for d in _DEB),
+    decls="extern int dnnl_sgemm(char ta, char tb, long long m, long long n, long long k, float alpha,\n"
+    "    const float *a, long long lda, const float *b, long long ldb, float beta, float *c,\n"
+    "    long long ldc);\n"
+    "extern void omp_set_num_threads(int n);",
+    once="omp_set_num_threads(1);",
+    call="const int rc = dnnl_sgemm('N', 'N', {i}, {j}, {k}, 1.0f, a, {k}, b, {j}, 1.0f, c, {j});\n"
+    "  if (rc) return 100 + rc; /* dnnl_status_t, offset so it is not mistaken for another code */",
+    link=("-lgomp",),
+)
+
 BLAS: dict[str, Library] = {
     "openblas": _cblas(
         "openblas",
@@ -128,6 +147,7 @@ BLAS: dict[str, Library] = {
         "long long",
     ),
     "libxsmm": _LIBXSMM,
+    "onednn": _ONEDNN,
 }
 
 
@@ -164,10 +184,126 @@ int kernel(float *const *tensors, void *workspace) {{
 """
 
 
+# Where dnnl.h may be (the convolution needs its types; dnnl_sgemm's prototype is declared above instead).
+_DNNL_HEADERS = ("/usr/include/dnnl.h", "/usr/local/include/dnnl.h")
+
+
+def _onednn_conv_source(path: str, sizes: dict[str, int], stride: int) -> str:
+    """oneDNN's direct convolution on our layouts: O[h][w][k] += I[h*stride+r][w*stride+s][c] * K[r][s][c][k].
+
+    src and dst are NHWC (batch 1) and the weights HWIO, exactly our tensors, no padding. The primitive
+    takes its weights in the format it prefers (blocked): given plain HWIO weights oneDNN 2.6 silently
+    runs an im2col GEMM instead of a direct convolution. Our HWIO weights are reordered into that format
+    on every call when it differs (timed, since the weights are an input like any other; a framework
+    would reorder constant weights once). The implementation oneDNN chose goes to stderr. The sum post-op makes it
+    accumulate into O (dst = conv + dst), as our operator does. One thread as for dnnl_sgemm.
+    """
+    h, w, k, c, r, s = (sizes[d] for d in ("h", "w", "k", "c", "r", "s"))
+    ih, iw = (h - 1) * stride + r, (w - 1) * stride + s
+    real = os.path.realpath(path)
+    return f"""/* baseline: onednn direct convolution, one thread, NHWC x HWIO -> NHWC, stride {stride} */
+/* O[{h}][{w}][{k}] += I[{ih}][{iw}][{c}] * K[{r}][{s}][{c}][{k}] */
+/* library: {real} ({os.path.getsize(real)} bytes) */
+#include <dnnl.h>
+#include <stdio.h>
+extern void omp_set_num_threads(int n);
+
+#define TRY(call) \\
+  do {{ dnnl_status_t st_ = (call); if (st_ != dnnl_success) return 100 + (int)st_; }} while (0)
+
+static dnnl_engine_t eng;
+static dnnl_stream_t strm;
+static dnnl_primitive_t conv, reorder;
+static dnnl_memory_t msrc, mdst, mwei_user, mwei;
+
+static int setup(float *dst, const float *src, const float *wei) {{
+  const dnnl_dims_t src_dims = {{1, {c}, {ih}, {iw}}}, wei_dims = {{{k}, {c}, {r}, {s}}};
+  const dnnl_dims_t dst_dims = {{1, {k}, {h}, {w}}}, strides = {{{stride}, {stride}}}, pad = {{0, 0}};
+  dnnl_memory_desc_t src_md, dst_md, wei_user_md, wei_any_md;
+  dnnl_convolution_desc_t cd;
+  dnnl_post_ops_t po;
+  dnnl_primitive_attr_t attr;
+  dnnl_primitive_desc_t pd = NULL;
+  omp_set_num_threads(1);
+  TRY(dnnl_engine_create(&eng, dnnl_cpu, 0));
+  TRY(dnnl_stream_create(&strm, eng, dnnl_stream_default_flags));
+  TRY(dnnl_memory_desc_init_by_tag(&src_md, 4, src_dims, dnnl_f32, dnnl_nhwc));
+  TRY(dnnl_memory_desc_init_by_tag(&dst_md, 4, dst_dims, dnnl_f32, dnnl_nhwc));
+  TRY(dnnl_memory_desc_init_by_tag(&wei_user_md, 4, wei_dims, dnnl_f32, dnnl_hwio));
+  TRY(dnnl_memory_desc_init_by_tag(&wei_any_md, 4, wei_dims, dnnl_f32, dnnl_format_tag_any));
+  TRY(dnnl_post_ops_create(&po));
+  TRY(dnnl_post_ops_append_sum(po, 1.0f));
+  TRY(dnnl_primitive_attr_create(&attr));
+  TRY(dnnl_primitive_attr_set_post_ops(attr, po));
+  /* weights in oneDNN's preferred format: with plain HWIO weights oneDNN 2.6 answers "direct" with its
+     im2col GEMM (x64:gemm:jit); with its blocked format it runs its direct JIT kernel (jit:avx2...) */
+  TRY(dnnl_convolution_forward_desc_init(&cd, dnnl_forward_inference, dnnl_convolution_direct, &src_md,
+                                         &wei_any_md, NULL, &dst_md, strides, pad, pad));
+  TRY(dnnl_primitive_desc_create(&pd, &cd, attr, eng, NULL));
+  const dnnl_memory_desc_t *wei_md = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+  TRY(dnnl_memory_create(&msrc, &src_md, eng, (void *)src));
+  TRY(dnnl_memory_create(&mdst, &dst_md, eng, dst));
+  TRY(dnnl_memory_create(&mwei_user, &wei_user_md, eng, (void *)wei));
+  if (!dnnl_memory_desc_equal(wei_md, &wei_user_md)) {{
+    dnnl_primitive_desc_t rpd;
+    TRY(dnnl_memory_create(&mwei, wei_md, eng, DNNL_MEMORY_ALLOCATE));
+    TRY(dnnl_reorder_primitive_desc_create(&rpd, &wei_user_md, eng, wei_md, eng, NULL));
+    TRY(dnnl_primitive_create(&reorder, rpd));
+    dnnl_primitive_desc_destroy(rpd);
+  }} else {{
+    mwei = mwei_user;
+  }}
+  const char *impl = "?";
+  dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
+  fprintf(stderr, "onednn convolution implementation: %s%s\\n", impl, reorder ? " (+ weight reorder)" : "");
+  TRY(dnnl_primitive_create(&conv, pd));
+  dnnl_primitive_desc_destroy(pd);
+  dnnl_primitive_attr_destroy(attr);
+  dnnl_post_ops_destroy(po);
+  return 0;
+}}
+
+int kernel(float *const *tensors, void *workspace) {{
+  static int ready = 0;
+  float *dst = tensors[0];
+  const float *src = tensors[1], *wei = tensors[2];
+  (void)workspace;
+  if (!ready) {{ int rc = setup(dst, src, wei); if (rc) return rc; ready = 1; }}
+  /* the driver may hand other buffers (cold runs): point the memories at this call's tensors */
+  TRY(dnnl_memory_set_data_handle(msrc, (void *)src));
+  TRY(dnnl_memory_set_data_handle(mdst, dst));
+  TRY(dnnl_memory_set_data_handle(mwei_user, (void *)wei));
+  if (reorder) {{
+    dnnl_exec_arg_t rargs[2] = {{{{DNNL_ARG_FROM, mwei_user}}, {{DNNL_ARG_TO, mwei}}}};
+    TRY(dnnl_primitive_execute(reorder, strm, 2, rargs));
+  }}
+  dnnl_exec_arg_t args[3] = {{{{DNNL_ARG_SRC, msrc}}, {{DNNL_ARG_WEIGHTS, mwei}}, {{DNNL_ARG_DST, mdst}}}};
+  TRY(dnnl_primitive_execute(conv, strm, 3, args));
+  TRY(dnnl_stream_wait(strm));
+  return 0;
+}}
+"""
+
+
+def _render_onednn_conv(workload: Workload) -> KernelSource:
+    lib = BLAS["onednn"]
+    path = find_library(lib)
+    if not any(os.path.exists(h) for h in _DNNL_HEADERS):
+        raise BaselineUnavailable(
+            f"onednn convolution needs dnnl.h (libdnnl-dev): none of {list(_DNNL_HEADERS)}"
+        )
+    stride = int(dict(workload.op.params).get("stride", 1))
+    libdir = os.path.dirname(path)
+    libs = (f"-Wl,--no-as-needed,{path}", f"-Wl,-rpath,{libdir}", *lib.link)
+    return KernelSource(code=_onednn_conv_source(path, workload.size, stride), target="any", libs=libs)
+
+
 def render_baseline(candidate: Candidate, workload: Workload) -> KernelSource:
     name = candidate.text
     if name not in BLAS:
         raise ValueError(f"unknown baseline {name!r}; known: {sorted(BLAS)}")
+    if name == "onednn" and workload.op.name == "conv2d":
+        return _render_onednn_conv(workload)
     if workload.op.name != "matmul":
         raise BaselineUnavailable(f"baseline {name} implements matmul only, not {workload.op.name}")
     lib = BLAS[name]

@@ -1,0 +1,237 @@
+"""The GEMM family of seed 002 (Alaejos et al., TOMS 2024) as schemes: six blocked variants, one code path.
+
+A variant "X3Y2Z0" keeps a block of X in L3, a block of Y in L2 and a micro-tile of Z in registers
+(§3-4, Figs 1-3). Each is written here as a scheme of the one scheme language (kernels/scheme.py) with
+``Pack``/``PackT`` at the levels where the paper packs, so the family is one more search space and every
+member goes through the same generator, check and timing as any scheme. Matmul dimensions: m = i, n = j,
+k = k (C[i,j] += A[i,k] * B[k,j], all row-major).
+
+Blocks use the thesis's partial tiles: ``R_d, Texct_{b,d}`` is the block loop (a partial block at the
+border) and ``Tvar_{b,d}`` walks inside it, so any (m, n, k) works; the microkernel takes remainders with
+``codegen.partial=masked`` (masked lanes, a switch between smaller unrolled kernels).
+
+Microkernels (§4, Fig 3), vector lanes L:
+- resident C (B3A2C0, A3B2C0): ``U_{mr,i}, U_{nr/L,j}, V_j`` under the kc loop; the mr x nr tile of C is
+  kept in registers across kc (codegen's accumulator hoisting), A broadcast, B loaded by vectors.
+- resident B (A3C2B0, C3A2B0): ``U_{kr,k}, U_{nr/L,j}, V_j`` under a loop over i (L6): each step is a
+  vector-matrix product updating one row of C (kr x nr of B reused across the rows).
+- resident A (B3C2A0, C3B2A0): C is packed transposed (``PackT_C[j,i]``) so that columns of C are
+  contiguous, and the tile is ``U_{kr,k}, U_{mr/L,i}, V_i`` under a loop over j (L6): each step is a
+  matrix-vector product updating one column of C (mr x kr of A reused across the columns).
+
+Where the language is coarser than the paper (said in the report and the final notes of issue 8):
+- Packed buffers keep the block's row-major order (``Pack_B``: kc x nc with n innermost; ``PackT_A[k,i]``:
+  kc x mc with m innermost), not the paper's micro-panels of mr rows / nr columns (Fig 4): the language
+  has no tiled buffer layout, so Br's rows are nc apart instead of nr.
+- Resident A needs A's mr x kr tile contiguous along m; A is not packed in the paper (B3C2A0, C3B2A0), here
+  the tile is copied per (pr, ir) step with ``PackT_A[k,i]`` placed at the register level.
+- "Resident" inputs (A or B tiles kept in registers across L6) rely on the C compiler hoisting their
+  loads out of the L6 loop; the language promotes only outputs to registers (``ScalP``, hoisting).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from itertools import product
+from typing import Any
+
+from harness.machine import detect, register_count, vector_lanes
+from kernels.candidate import Workload
+from kernels.gemm_model import ROLES, Blocking, blocking, levels, register_tile
+
+VARIANTS: tuple[str, ...] = ("B3A2C0", "A3B2C0", "B3C2A0", "A3C2B0", "C3A2B0", "C3B2A0")
+PACKINGS: tuple[str, ...] = ("both", "A", "B", "none")  # Fig 19 (resident C variants)
+OPTIONS: dict[str, Any] = {"partial": "masked"}  # every family scheme takes remainders in its microkernel
+
+
+@dataclass(frozen=True)
+class Params:
+    """Block and register-tile sizes of one family member (m, n, k blocks and the register tile)."""
+
+    mc: int
+    nc: int
+    kc: int
+    mr: int
+    nr: int
+    kr: int = 4
+
+
+def resident(variant: str) -> str:
+    """Which operand the microkernel keeps in registers: "C", "A" or "B" (the name's last letter)."""
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown GEMM variant {variant!r}; known: {', '.join(VARIANTS)}")
+    return variant[-2]
+
+
+def default_tile(variant: str, target: str) -> tuple[int, int, int]:
+    """(mr, nr, kr) used when an entry gives none: BLIS's register tiles (6 x 16 on AVX2, 12 x 32 on
+    AVX-512 in our row-major orientation) for resident C; two vectors by kr = 4 for resident A/B."""
+    lanes = vector_lanes(target)
+    if resident(variant) == "C":
+        return (6, 2 * lanes, 1) if lanes == 8 else (12, 2 * lanes, 1)
+    return 2 * lanes, 2 * lanes, 4
+
+
+def registers_needed(variant: str, mr: int, nr: int, kr: int, lanes: int) -> int:
+    """Vector registers the microkernel needs: accumulators + reused operand vectors + one streamed."""
+    res = resident(variant)
+    if res == "C":  # mr x nr/L accumulators, nr/L vectors of B, one broadcast of A
+        return mr * (nr // lanes) + nr // lanes + 1
+    if res == "B":  # kr x nr/L of B, nr/L of one row of C, one broadcast of A
+        return kr * (nr // lanes) + nr // lanes + 1
+    return kr * (mr // lanes) + mr // lanes + 1  # resident A: kr x mr/L of A, mr/L of C, one broadcast
+
+
+def microkernels(variant: str, target: str, max_mr: int = 16, max_vectors: int = 6) -> list[tuple[int, int]]:
+    """Every resident-C (mr, nr) the register file holds without spilling (Fig 16's grid): nr a multiple
+    of the vector length, up to ``max_vectors`` vectors, mr up to ``max_mr``."""
+    lanes, regs = vector_lanes(target), register_count(target)
+    return [
+        (mr, v * lanes)
+        for v, mr in product(range(1, max_vectors + 1), range(1, max_mr + 1))
+        if registers_needed(variant, mr, v * lanes, 1, lanes) <= regs
+    ]
+
+
+def variant_scheme(variant: str, p: Params, lanes: int, pack: str = "both") -> str:
+    """The scheme of ``variant`` with blocks (mc, nc, kc) and register tile (mr, nr, kr).
+
+    ``pack`` (resident C variants only, Fig 19): which of A and B are packed ("both", "A", "B", "none").
+    """
+    res = resident(variant)
+    if pack not in PACKINGS:
+        raise ValueError(f"pack={pack!r}; allowed: {', '.join(PACKINGS)}")
+    if pack != "both" and res != "C":
+        raise ValueError(f"pack={pack} applies to the resident-C variants (B3A2C0, A3B2C0), not {variant}")
+    vec_size = p.mr if res == "A" else p.nr  # the vectorized register-tile dimension
+    if vec_size % lanes:
+        raise ValueError(f"{variant}: {'mr' if res == 'A' else 'nr'}={vec_size} is not a multiple of {lanes}")
+    block = {"i": p.mc, "j": p.nc, "k": p.kc}
+
+    def outer(d: str) -> list[str]:  # the block loop: a partial block at the border
+        return [f"R_{d}", f"Texct_{{{block[d]},{d}}}"]
+
+    def inner(d: str) -> str:  # the loop inside a block
+        return f"Tvar_{{{block[d]},{d}}}"
+
+    pack_a = pack in ("both", "A")
+    pack_b = pack in ("both", "B")
+    # the packs of each resident kind (same layout: Pack_X; transposed: PackT_X[...])
+    packs = {
+        "C": {"A": ["PackT_A[k,i]"] if pack_a else [], "B": ["Pack_B"] if pack_b else []},
+        "B": {"A": ["Pack_A"], "C": ["Pack_C"]},
+        "A": {"B": ["Pack_B"], "C": ["PackT_C[j,i]"]},
+    }[res]
+    l3, l2 = variant[0], variant[2]
+    # loop order of the three block loops (§2.2 of the notes, the paper's Figs 1-2, 11-12)
+    outer_order = {
+        "B3A2C0": ["j", "k", "i"],
+        "A3B2C0": ["i", "k", "j"],
+        "B3C2A0": ["j", "k", "i"],
+        "A3C2B0": ["i", "k", "j"],
+        "C3A2B0": ["j", "i", "k"],
+        "C3B2A0": ["j", "i", "k"],
+    }[variant]
+    atoms: list[str] = []
+    placed: set[str] = set()
+    for d in outer_order:
+        atoms += outer(d)
+        # a block is packed once the loops over all its dimensions are open
+        for x in (l3, l2):
+            dims = {"A": {"i", "k"}, "B": {"k", "j"}, "C": {"i", "j"}}[x]
+            if x not in placed and dims <= set(outer_order[: outer_order.index(d) + 1]):
+                atoms += packs.get(x, [])
+                placed.add(x)
+    if res == "C":  # jr, ir (or ir, jr for A3B2C0), then pr = L6 inside the microkernel
+        micro_order = ["j", "i"] if variant == "B3A2C0" else ["i", "j"]
+        atoms += [inner(d) for d in micro_order] + [inner("k")]
+        atoms += [f"U_{{{p.mr},i}}", f"U_{{{p.nr // lanes},j}}", "V_j"]
+    elif res == "B":  # pr, jr then L6 over i (A3C2B0: pr, jr; C3A2B0: jr, pr)
+        micro_order = ["k", "j"] if variant == "A3C2B0" else ["j", "k"]
+        atoms += [inner(d) for d in micro_order] + [inner("i")]
+        atoms += [f"U_{{{p.kr},k}}", f"U_{{{p.nr // lanes},j}}", "V_j"]
+    else:  # resident A: pr, ir (C3B2A0: ir, pr), the A tile, then L6 over j
+        micro_order = ["k", "i"] if variant == "B3C2A0" else ["i", "k"]
+        atoms += [inner(d) for d in micro_order] + ["PackT_A[k,i]", inner("j")]
+        atoms += [f"U_{{{p.kr},k}}", f"U_{{{p.mr // lanes},i}}", "V_i"]
+    return "[" + ", ".join(atoms) + "]"
+
+
+def model_params(
+    variant: str, target: str, sizes: Mapping[str, int], mr: int, nr: int, kr: int
+) -> tuple[Params, Blocking]:
+    """(mc, nc, kc) of the cache model for this machine's caches, clipped to the matmul ``sizes``."""
+    b = blocking(variant, levels(detect()), mr, nr, kr, {"m": sizes["i"], "n": sizes["j"], "k": sizes["k"]})
+    return Params(b.mc, b.nc, b.kc, mr, nr, kr), b
+
+
+def _as_list(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, list | tuple) else [value]
+
+
+def space_entry(entry: Mapping[str, Any], workload: Workload, target: str) -> list[tuple[str, dict]]:
+    """Schemes of a space entry ``{gemm_variant: ..., [mc, nc, kc, mr, nr, kr, pack, microkernels,
+    scale]}`` (the EXPANDERS hook of kernels/space.py).
+
+    - ``gemm_variant``: a variant, a list of them, or ``all``;
+    - ``mr``, ``nr``, ``kr``: the register tile (default :func:`default_tile`); ``microkernels: all``
+      (every (mr, nr) the registers hold) or a list of ``[mr, nr]`` pairs instead (Fig 16);
+    - ``mc``, ``nc``, ``kc``: blocks (default: the cache model for this machine); a list sweeps them;
+    - ``scale``: ``{mc: [0.5, 1, 2], ...}`` multiplies the model's blocks (the sweep around the model);
+    - ``pack``: ``both`` (default), ``A``, ``B``, ``none`` or a list (Fig 19, resident C variants).
+    """
+    if workload.op.name != "matmul":
+        raise ValueError(f"gemm_variant entries need the matmul operator, not {workload.op.name}")
+    names = _as_list(entry["gemm_variant"])
+    variants = list(VARIANTS) if names == ["all"] else [str(v) for v in names]
+    lanes = vector_lanes(target)
+    out: list[tuple[str, dict]] = []
+    for variant in variants:
+        dmr, dnr, dkr = default_tile(variant, target)
+        if "microkernels" in entry:
+            mk = entry["microkernels"]
+            tiles = microkernels(variant, target) if mk == "all" else [(int(a), int(b)) for a, b in mk]
+            tiles3 = [(a, b, int(entry.get("kr", dkr))) for a, b in tiles]
+        else:
+            tiles3 = list(
+                product(
+                    _as_list(entry.get("mr", dmr)),
+                    _as_list(entry.get("nr", dnr)),
+                    _as_list(entry.get("kr", dkr)),
+                )
+            )
+        for (mr, nr, kr), pack in product(tiles3, _as_list(entry.get("pack", "both"))):
+            base, _ = model_params(variant, target, workload.size, int(mr), int(nr), int(kr))
+            scale = entry.get("scale") or {}
+            blocks = {}
+            steps = register_tile(variant, int(mr), int(nr), int(kr))
+            for key, d in (("mc", "i"), ("nc", "j"), ("kc", "k")):
+                if key in entry:
+                    blocks[key] = [int(v) for v in _as_list(entry[key])]
+                    continue
+                # a scaled block stays a whole number of register tiles and within the problem
+                step, dim = steps[key[0]], workload.size[d]
+                factors = _as_list(scale.get(key, 1))
+                blocks[key] = sorted(
+                    {min(dim, max(step, round(getattr(base, key) * f / step) * step)) for f in factors}
+                )
+            for mc, nc, kc in product(blocks["mc"], blocks["nc"], blocks["kc"]):
+                p = Params(mc, nc, kc, int(mr), int(nr), int(kr))
+                out.append((variant_scheme(variant, p, lanes, str(pack)), dict(OPTIONS)))
+    return out
+
+
+def roles_table() -> dict[str, dict[str, str]]:
+    """For the report: per variant, what is in L3, L2, registers and which microkernel runs."""
+    kind = {"C": "resident C", "A": "resident A", "B": "resident B"}
+    return {
+        v: {
+            "L3": v[0],
+            "L2": v[2],
+            "registers": v[4],
+            "microkernel": kind[resident(v)],
+            "stream": {"m": "i", "n": "j", "k": "k"}[ROLES[v].stream],
+        }
+        for v in VARIANTS
+    }
