@@ -195,8 +195,8 @@ def _onednn_conv_source(path: str, sizes: dict[str, int], stride: int) -> str:
     takes its weights in the format it prefers (blocked): given plain HWIO weights oneDNN 2.6 silently
     runs an im2col GEMM instead of a direct convolution. Our HWIO weights are reordered into that format
     on every call when it differs (timed, since the weights are an input like any other; a framework
-    would reorder constant weights once). The implementation oneDNN chose goes to stderr. The sum post-op makes it
-    accumulate into O (dst = conv + dst), as our operator does. One thread as for dnnl_sgemm.
+    would reorder constant weights once). The implementation oneDNN chose goes to stderr. The sum
+    post-op makes it accumulate into O (dst = conv + dst), as our operator does. One thread as for dnnl_sgemm.
     """
     h, w, k, c, r, s = (sizes[d] for d in ("h", "w", "k", "c", "r", "s"))
     ih, iw = (h - 1) * stride + r, (w - 1) * stride + s

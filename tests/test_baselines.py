@@ -24,6 +24,7 @@ ONE_THREAD = {
     "numpy": "scipy_openblas_set_num_threads64_(1);",
     "mkl": "MKL_Set_Num_Threads(1);",
     "blis": "bli_thread_set_num_threads(1);",
+    "onednn": "omp_set_num_threads(1);",  # Debian's oneDNN uses OpenMP (dnnl_config.h)
 }
 
 
@@ -90,9 +91,11 @@ def test_library_without_its_companion_file_is_unsupported(monkeypatch: pytest.M
     ids=["conv2d", "contraction"],
 )
 def test_non_matmul_workloads_are_unsupported(workload: Workload, tmp_path: Path, shared_cache: Path) -> None:
-    cands = [Candidate("baseline", name) for name in sorted(BLAS)]
+    # oneDNN is the one library that also computes conv2d (its direct convolution, tested below)
+    names = [n for n in sorted(BLAS) if not (n == "onednn" and workload.op.name == "conv2d")]
+    cands = [Candidate("baseline", name) for name in names]
     rows = run_candidates(cands, workload, tmp_path, shared_cache)
-    assert len(rows) == len(BLAS)
+    assert len(rows) == len(names)
     for row in rows:
         assert row["status"] == "unsupported" and "matmul only" in row["reason"], row
         assert row["candidate_text"] in row["reason"]
@@ -111,3 +114,39 @@ def test_wrapper_runs_the_library_on_one_thread(name: str) -> None:
         assert "libxsmm_init();" in src.code
     else:
         assert ONE_THREAD[name] in src.code
+
+
+# -- oneDNN's direct convolution (the conv2d baseline) ------------------------------------------------------
+# Odd channel counts and kernel sizes, both strides: a swapped weight layout (HWIO vs OIHW), a wrong input
+# extent or an overwritten (instead of accumulated) output all fail the full check.
+CONV_SHAPES = [
+    ({"h": 5, "w": 7, "k": 13, "c": 5, "r": 3, "s": 2}, 1),
+    ({"h": 4, "w": 3, "k": 16, "c": 8, "r": 3, "s": 3}, 2),
+    ({"h": 3, "w": 6, "k": 9, "c": 3, "r": 1, "s": 1}, 2),
+]
+
+
+@pytest.mark.parametrize(("sizes", "stride"), CONV_SHAPES)
+def test_onednn_direct_convolution_passes_the_check(
+    sizes: dict[str, int], stride: int, tmp_path: Path, shared_cache: Path
+) -> None:
+    if missing("onednn"):
+        pytest.skip(missing("onednn"))
+    w = Workload.make("cv", "conv2d", sizes, stride=stride)
+    src = render_baseline(Candidate("baseline", "onednn"), w)
+    assert "dnnl_convolution_direct" in src.code and "dnnl_post_ops_append_sum" in src.code
+    assert "omp_set_num_threads(1);" in src.code
+    (row,) = run_candidates([Candidate("baseline", "onednn")], w, tmp_path, shared_cache, FULL)
+    assert row["status"] == "ok", row["reason"]
+    assert row["check_mode"] == "full" and row["check_passed"] is True
+
+
+def test_onednn_convolution_without_its_header_is_unsupported(
+    tmp_path: Path, shared_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if missing("onednn"):
+        pytest.skip(missing("onednn"))
+    monkeypatch.setattr(baselines, "_DNNL_HEADERS", (str(tmp_path / "nowhere" / "dnnl.h"),))
+    w = Workload.make("cv", "conv2d", {"h": 2, "w": 2, "k": 8, "c": 2, "r": 1, "s": 1})
+    (row,) = run_candidates([Candidate("baseline", "onednn")], w, tmp_path, shared_cache)
+    assert row["status"] == "unsupported" and "dnnl.h" in row["reason"]
