@@ -563,6 +563,22 @@ def duplicate_update(code: str) -> str:
     return _splice(code, m.end(), m.end(), code[m.start() : m.end()])
 
 
+# const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44);  (the in-register transpose of a PackT)
+_TRANSPOSE_SHUFFLE = re.compile(r"= _mm\d*_shuffle_ps\((?P<a>\w+), (?P<b>\w+), (?P<imm>0x[0-9A-Fa-f]+)\);")
+
+
+def packt_wrong_shuffle(code: str) -> str:
+    """The first 4x4 shuffle of the PackT transpose (``kernels/transpose.py``) picks the other pair of
+    elements (0x44 <-> 0xEE): every full transposed block of the buffer has two columns swapped in half
+    of its 128-bit lanes. Only register contents change: every access stays in bounds."""
+    m = next(_TRANSPOSE_SHUFFLE.finditer(code), None)
+    if m is None:
+        raise MutationError("no in-register transpose (PackT) shuffle in the source")
+    imm = int(m["imm"], 16)
+    swapped = {0x44: 0xEE, 0xEE: 0x44}.get(imm, imm ^ 0xFF)
+    return _splice(code, m.start("imm"), m.end("imm"), f"0x{swapped:02X}")
+
+
 def _entry(name: str, apply: Callable[[str], str], description: str, models: str) -> tuple[str, Mutant]:
     return name, Mutant(name, description, apply, models)
 
@@ -699,6 +715,11 @@ MUTANTS: dict[str, Mutant] = dict(
             "the last accumulator update of the source is emitted twice",
             "duplicated reduction term (overlapping unroll or tiles): one product counted twice",
         ),
+        _entry(
+            "packt_wrong_shuffle", packt_wrong_shuffle,
+            "the first shuffle of the PackT in-register transpose uses the other immediate (0x44 <-> 0xEE)",
+            "wrong shuffle in a vectorized transpose (PackT): the packed buffer holds a permuted block",
+        ),
     ]
 )  # fmt: skip
 
@@ -786,7 +807,8 @@ def demo_kernels(target: str) -> list[DemoKernel]:
     a BLIS-like matmul, a conv microkernel, a stride-2 conv (mul+add, no hoisting, a 3-tap s unroll), a
     matmul with Texct/Tvar partial tiles (90 = 48 + 42 rows, Tvar tiles of 12 and 6), a matmul whose
     108 columns end in a masked remainder (codegen.partial=masked: 12 = 8 + 4 lanes on AVX2, 12 of 16
-    on AVX-512) and a λ_seq matmul (52 = 6x6 + 4x4 rows, with a k unroll)."""
+    on AVX-512), a λ_seq matmul (52 = 6x6 + 4x4 rows, with a k unroll) and a matmul whose A is
+    transposed into a workspace buffer by PackT (k = 37: full in-register blocks and a scalar rest)."""
 
     def cand(text: str, **opts: object) -> Candidate:
         return Candidate("scheme", text, tuple(sorted({"target": target, **opts}.items())))
@@ -823,6 +845,11 @@ def demo_kernels(target: str) -> list[DemoKernel]:
             "matmul_lambda",
             cand("[R_j, λ_seq_i.[(6,6),(4,4)], T_{16,k}, Uλ_i, U_{2,k}, U_{2,j}, V_j]"),
             Workload.make("matmul_52x96x32", "matmul", {"i": 52, "j": 96, "k": 32}),
+        ),
+        DemoKernel(
+            "matmul_packt",
+            cand("[PackT_A[k,i], R_j, R_i, R_k, U_{4,i}, U_{2,j}, V_j]"),
+            Workload.make("matmul_64x96x37", "matmul", {"i": 64, "j": 96, "k": 37}),
         ),
     ]
 

@@ -29,6 +29,7 @@ from kernels.scheme import (
     walk_dim,
 )
 from kernels.targets import Target, get_target
+from kernels.transpose import TRANSPOSES, Transpose, c_function
 
 LOOP_ATOMS = ("R", "T", "Texct", "Tvar", "Texctg")
 
@@ -142,6 +143,7 @@ class _Gen:
     masks: dict[int, str] = field(default_factory=dict)  # vector offset -> mask of a partial vector tile
     masks_used: bool = False
     split: set[str] = field(default_factory=set)  # variable vector extents already split full/remainder
+    helpers: dict[str, str] = field(default_factory=dict)  # static functions the kernel calls (by name)
 
     def __post_init__(self) -> None:
         # how each tensor (ABI order) is addressed here: itself, or the buffer of an enclosing Pack
@@ -284,14 +286,83 @@ class _Gen:
             self.line(assign)
             self.depth -= len(loops)
 
-        copy(f"{buf}[{buf_off}] = ({src_addr})[{src_off}];")
+        # a PackT that moves the contiguous axis is a transposition: square blocks go through registers
+        tr = TRANSPOSES.get(self.target.name) if a.kind == "PackT" else None
+        inner_src = [ax for ax in range(len(acc.axes)) if src.strides[ax] == 1]
+        transposed = None
+        if tr is not None and inner_src and src.strides[order[-1]] != 1:
+            k_a, k_b = len(order) - 1, order.index(inner_src[-1])
+            small = any(isinstance(actual[k], int) and actual[k] < tr.lanes for k in (k_a, k_b))
+            transposed = None if small else (tr, k_a, k_b)
+
+        def copy_in() -> None:
+            if transposed is None:
+                copy(f"{buf}[{buf_off}] = ({src_addr})[{src_off}];")
+            else:
+                self.copy_transposed(transposed, loops, actual, f"({src_addr}) + {src_off}",
+                                     f"{buf} + {buf_off}", src.strides[order[-1]],
+                                     buf_strides[transposed[2]], back=False)  # fmt: skip
+
+        def copy_out() -> None:
+            if transposed is None:
+                copy(f"({src_addr})[{src_off}] = {buf}[{buf_off}];")
+            else:
+                self.copy_transposed(transposed, loops, actual, f"({src_addr}) + {src_off}",
+                                     f"{buf} + {buf_off}", src.strides[order[-1]],
+                                     buf_strides[transposed[2]], back=True)  # fmt: skip
+
+        copy_in()
         self.views[n] = View(buf, strides, origin)
         self.emit(pos + 1, env, binding)
         self.views[n] = src
         if n == 0:
-            copy(f"({src_addr})[{src_off}] = {buf}[{buf_off}];")
+            copy_out()
         self.depth -= 1
         self.line("}")
+
+    def copy_transposed(
+        self,
+        plan: tuple[Transpose, int, int],
+        loops: list[str],
+        actual: list[int | str],
+        src_ptr: str,
+        buf_ptr: str,
+        src_row: int,
+        buf_row: int,
+        back: bool,
+    ) -> None:
+        """Copy between a tensor whose contiguous axis is ``b`` (buffer position k_b) and a buffer whose
+        contiguous axis is ``a`` (position k_a): L x L blocks by the in-register transpose, the rest of
+        both extents (a non-multiple of L) by the scalar copy."""
+        tr, k_a, k_b = plan
+        lanes, va, vb = tr.lanes, loops[k_a], loops[k_b]
+        self.helpers[tr.name] = c_function(tr)
+        opened = 0
+        for k, v in enumerate(loops):
+            if k not in (k_a, k_b):
+                self.line(f"for (int {v} = 0; {v} < {actual[k]}; {v}++)")
+                self.depth += 1
+                opened += 1
+        self.line("{")
+        self.depth += 1
+        fa, fb = f"{va}_end", f"{vb}_end"
+        self.line(f"const int {fa} = ({actual[k_a]}) / {lanes} * {lanes};")
+        self.line(f"const int {fb} = ({actual[k_b]}) / {lanes} * {lanes};")
+        self.line(f"for (int {vb} = 0; {vb} < {fb}; {vb} += {lanes})")
+        self.line(f"  for (int {va} = 0; {va} < {fa}; {va} += {lanes})")
+        if back:  # buffer rows run along b (stride buf_row), contiguous along a
+            self.line(f"    {tr.name}({buf_ptr}, {buf_row}, {src_ptr}, {src_row});")
+        else:  # tensor rows run along a (stride src_row), contiguous along b
+            self.line(f"    {tr.name}({src_ptr}, {src_row}, {buf_ptr}, {buf_row});")
+        self.line(f"for (int {vb} = 0; {vb} < {actual[k_b]}; {vb}++)")
+        self.line(f"  for (int {va} = {vb} < {fb} ? {fa} : 0; {va} < {actual[k_a]}; {va}++)")
+        if back:
+            self.line(f"    *({src_ptr}) = *({buf_ptr});")
+        else:
+            self.line(f"    *({buf_ptr}) = *({src_ptr});")
+        self.depth -= 1
+        self.line("}")
+        self.depth -= opened
 
     # -- basic block -----------------------------------------------------------------------------
     def unroll_combos(
@@ -527,6 +598,7 @@ def generate(
         "#define MIN(a, b) ((a) < (b) ? (a) : (b))",
         "#define MAX(a, b) ((a) > (b) ? (a) : (b))",
         *([target.prelude] if gen.masks_used and target.prelude else []),
+        *gen.helpers.values(),
         "",
         "int kernel(float *const *tensors, void *workspace) {",
         "  (void)workspace;",

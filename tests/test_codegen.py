@@ -526,3 +526,72 @@ def test_fuzz_regressions(tmp_path: Path, shared_cache: Path) -> None:
     # padding an illegal structure is a scheme error, not a crash of the footprint computation
     with pytest.raises(SchemeError, match="unroll-innermost"):
         render(scheme("[R_j, Uλ_j, T_{11,i}, T_{1,i}, U_{3,j}, U_{11,k}]", partial="padded"), mm(11, 8, 10))
+
+
+# -- PackT: in-register transposes (8x8 AVX2, 16x16 AVX-512) ---------------------------------------------
+PACKT_SCHEMES = [
+    "[PackT_A[k,i], R_i, R_j, R_k]",  # the whole of A transposed (k contiguous -> i contiguous)
+    "[R_j, PackT_A[k,i], PackT_C[j,i], R_i, R_k]",  # the output too: transposed back after the loops
+    "[R_i, PackT_B[j,k], R_j, R_k]",
+    "[PackT_A[k,i], PackT_A[i,k], R_i, R_k, R_j, V_j]",  # a PackT of a transposed buffer, vectorized j
+    "[R_k, Texct_{24,k}, PackT_A[k,i], PackT_B[j,k], Tvar_{8,k}, R_i, R_j]",  # variable extents
+]
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_packt_transposes_equal_the_reference_on_non_divisible_shapes(
+    seed: int, tmp_path: Path, shared_cache: Path
+) -> None:
+    rng = random.Random(seed)
+    lanes = get_target(HOST_TARGET).lanes
+    sizes = {d: rng.randrange(lanes + 1, 2 * lanes + lanes // 2) for d in "ijk"}
+    sizes["k"] = max(sizes["k"], 25)  # Texct_{24,k} needs k > 24 to leave a partial tile
+    w = mm(sizes["i"], sizes["j"], sizes["k"])
+    cands = [scheme(t, partial="masked" if "V_" in t else "none") for t in PACKT_SCHEMES]
+    for c in cands[:3]:
+        assert f"ttile_transpose{lanes}x{lanes}(" in render(c, w).code
+    assert_all_ok(cands, w, tmp_path, shared_cache, seed=seed)
+
+
+def test_packt_of_a_conv_kernel_tensor(tmp_path: Path, shared_cache: Path) -> None:
+    w = conv(1, h=2, w=3, k=L + 3, r=1, s=2, c=L + 5)
+    text = "[PackT_K[r,s,k,c], R_h, R_w, R_k, R_r, R_s, R_c]"
+    assert "ttile_transpose" in render(scheme(text), w).code
+    assert_all_ok([scheme(text)], w, tmp_path, shared_cache)
+
+
+def test_packt_transpose_op_lists_transpose_every_block() -> None:
+    """The AVX-512 shuffle network is checked here on any host (numpy model of each intrinsic)."""
+    import numpy as np
+
+    from kernels.transpose import TRANSPOSES, simulate
+
+    for tr in TRANSPOSES.values():
+        block = np.arange(tr.lanes * tr.lanes).reshape(tr.lanes, tr.lanes)
+        np.testing.assert_array_equal(simulate(tr, block), block.T)
+        # a wrong immediate breaks it (the model is not vacuous)
+        dst, op, a, b, imm = next(o for o in tr.ops if o[1] == "shuffle")
+        bad = [(d, o, x, y, (0xEE if i == 0x44 else 0x44) if (d, o) == (dst, op) else i)
+               for d, o, x, y, i in tr.ops]  # fmt: skip
+        broken = type(tr)(tr.isa, tr.lanes, tr.vtype, tr.load, tr.store, tuple(bad), tr.out)
+        assert not (simulate(broken, block) == block.T).all()
+
+
+def test_packt_avx512_transpose_compiles_and_runs_where_supported(tmp_path: Path, shared_cache: Path) -> None:
+    w = mm(37, 21, 35)
+    texts = ["[PackT_A[k,i], R_i, R_j, R_k]", "[R_j, PackT_A[k,i], PackT_C[j,i], R_i, R_k]"]
+    for text in texts:
+        src = render(scheme(text, target="avx512"), w)
+        assert "ttile_transpose16x16(" in src.code and "_mm512_shuffle_f32x4" in src.code
+        res = compile_only(src.code, "avx512")
+        assert res.ok, res.error
+    if "avx512" not in detect().isas:
+        why = "cannot execute AVX-512; 16x16 transposes compiled only"
+        pytest.skip(f"this CPU ({detect().model_name}) {why}")
+    assert_all_ok([scheme(t, target="avx512") for t in texts], w, tmp_path, shared_cache)
+
+
+def test_pack_without_transposition_is_unchanged() -> None:
+    w = mm(16, 2 * L, 21)
+    for text in ["[Pack_B, R_j, R_i, R_k, U_{4,i}, U_{2,j}, V_j]", "[R_i, R_j, PackT_B[k,j], R_k]"]:
+        assert "ttile_transpose" not in render(scheme(text), w).code
