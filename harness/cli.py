@@ -65,6 +65,13 @@ def _check_choices(c: dict[str, Any]) -> None:
     for name in (c["baselines"] if c.get("baselines") is not None else c["space"].get("baselines")) or []:
         if name not in BLAS:
             raise UsageError(f"baselines: unknown library {name!r}; allowed: {', '.join(sorted(BLAS))}")
+    if c.get("search"):  # the search group (harness/search): strategy, budget, seed, batch
+        from harness.search import SearchConfig, SearchError
+
+        try:
+            SearchConfig.from_config(c["search"])
+        except SearchError as exc:
+            raise UsageError(str(exc)) from exc
     cc = c["compiler"]["cc"]
     if shutil.which(cc) is None:
         raise UsageError(f"compiler.cc={cc!r} is not installed (not on PATH); e.g. compiler=gcc")
@@ -80,6 +87,7 @@ def build_experiment(cfg: Any) -> Any:
     from harness.experiment import Experiment
     from harness.run import RunLimits, TimingConfig
     from harness.sanity import SanityConfig
+    from harness.search import SearchConfig
     from kernels.candidate import Workload
     from kernels.space import space_candidates
 
@@ -115,6 +123,10 @@ def build_experiment(cfg: Any) -> Any:
         seed=int(c["seed"]),
         sanity=SanityConfig(**c["sanity"]),
         results_dir=Path(c["results_dir"]),
+        search=SearchConfig.from_config(c.get("search")),  # None: the space's candidates as they are
+        space=dict(c["space"]),
+        target=target,
+        base_options={"target": target, **c["codegen"]},
     )
 
 

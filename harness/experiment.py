@@ -22,6 +22,7 @@ from harness.calibrate import calibrate, probe_peak
 from harness.check import CheckConfig, check_output, make_tensors
 from harness.run import RunLimits, TimingConfig, default_cpu, run_kernel
 from harness.sanity import CoreWatch, SanityConfig, drift_flags, row_flags
+from harness.search import Problem, SearchConfig, make_strategy
 from kernels.baselines import BaselineUnavailable
 from kernels.candidate import Candidate, KernelSource, Workload, render
 from kernels.scheme import SchemeError
@@ -43,6 +44,11 @@ class Experiment:
     sanity: SanityConfig = field(default_factory=SanityConfig)
     results_dir: Path = Path("results")
     cache_root: Path | None = None  # compiled kernels, driver, calibration; default results_dir/cache
+    # A search strategy proposes the candidates (None: measure ``candidates``, the space's list, as is).
+    search: SearchConfig | None = None
+    space: dict[str, Any] = field(default_factory=dict)  # the space configuration a strategy samples
+    target: str = "avx2"  # ISA the strategy's schemes are generated for
+    base_options: dict[str, Any] = field(default_factory=dict)  # code-generation options of its schemes
 
     @property
     def cache_dir(self) -> Path:
@@ -110,6 +116,10 @@ def _render(cand: Candidate, w: Workload) -> KernelSource | tuple[str, str]:
         return "error", str(exc)
     except BaselineUnavailable as exc:
         return "unsupported", str(exc)
+    except ValueError as exc:  # a library baseline not (yet) known here, e.g. onednn before it lands
+        if cand.kind == "baseline":
+            return "unsupported", str(exc)
+        raise
 
 
 def peak_for(peaks: dict[str, dict[str, Any]], target: str, m: machine_mod.Machine) -> float | None:
@@ -137,22 +147,42 @@ def run_experiment(
         say(f"[{exp.name}] {skipped} candidate(s) already measured, skipped")
 
     exp_flags: list[str] = []
-    if todo and exp.sanity.probe and m.best_isa:
+    if (todo or exp.search is not None) and exp.sanity.probe and m.best_isa:
         entry = peaks.get(m.best_isa, {})
         probed = [probe_peak(m.best_isa, exp.cache_dir)]
         exp_flags = drift_flags(exp.sanity, entry.get("gflops"), probed, entry.get("other_busy_pct"))
         for f in exp_flags:
             say(f"[{exp.name}] warning: {f}")
-    rendered = [_render(c, exp.workload) for c, _ in todo]
+    tensors = make_tensors(exp.workload, exp.seed, exp.check)
+    if exp.search is not None:
+        return _run_search(exp, m, peaks, tensors, exp_flags, say, todo)
+    return _measure_batch(exp, m, peaks, tensors, exp_flags, say, [c for c, _ in todo], time.monotonic())
+
+
+def _measure_batch(
+    exp: Experiment,
+    m: machine_mod.Machine,
+    peaks: dict[str, dict[str, Any]],
+    tensors: Sequence[Any],
+    exp_flags: list[str],
+    say: Callable[[str], None],
+    cands: list[Candidate],
+    start: float,
+    extra: Sequence[dict[str, Any]] | None = None,
+    progress: tuple[int, int, dict[str, int]] | None = None,
+) -> list[dict[str, Any]]:
+    """Render, build (in parallel), run, check and store ``cands``; ``extra`` adds columns per row and
+    ``progress`` = (done before, total, counts) continues a longer progress count."""
+    rendered = [_render(c, exp.workload) for c in cands]
     sources = [r for r in rendered if isinstance(r, KernelSource)]
     builds = iter(build_many(sources, exp.compiler, exp.cache_dir / "so"))
-    tensors = make_tensors(exp.workload, exp.seed, exp.check)
-
+    done, total, counts = progress or (0, len(cands), {"ok": 0, "failed": 0})
     rows = []
-    counts = {"ok": 0, "failed": 0}
-    start = time.monotonic()
-    for n, ((cand, _rid), src) in enumerate(zip(todo, rendered, strict=True), start=1):
+    for i, (cand, src) in enumerate(zip(cands, rendered, strict=True)):
+        n = done + i + 1
         row = _base_row(exp, cand, m)
+        if extra is not None:
+            row.update(extra[i])
         if isinstance(src, tuple):
             row["status"], row["reason"] = src
         else:
@@ -168,11 +198,106 @@ def run_experiment(
             else ""
         )
         elapsed = time.monotonic() - start
-        eta = elapsed / n * (len(todo) - n)
+        eta = elapsed / n * (total - n)
         say(
-            f"[{exp.name}] {n}/{len(todo)} ok={counts['ok']} failed={counts['failed']} "
+            f"[{exp.name}] {n}/{total} ok={counts['ok']} failed={counts['failed']} "
             f"elapsed {elapsed:.0f}s ETA {eta:.0f}s | {cand.label()}: {row['status']} {perf}"
         )
+    return rows
+
+
+def _stored_perf(exp: Experiment, m: machine_mod.Machine) -> dict[str, float | None]:
+    """% of peak (median) of the candidates already stored for this experiment, by candidate key."""
+    frame = store.load(exp.results_dir, exp.name)
+    if frame.empty:
+        return {}
+    mine = frame[
+        (frame["workload"] == exp.workload.name)
+        & (frame["machine_fingerprint"] == m.fingerprint)
+        & (frame["timing_mode"] == exp.timing.mode)
+        & (frame["seed"] == exp.seed)
+    ]
+    out: dict[str, float | None] = {}
+    for r in mine.itertuples():
+        ok = r.status == "ok" and r.pct_peak_median is not None and r.pct_peak_median == r.pct_peak_median
+        out[str(r.candidate_key)] = float(r.pct_peak_median) if ok else None
+    return out
+
+
+def _selected_microkernels(exp: Experiment, m: machine_mod.Machine) -> list[dict[str, int]] | None:
+    """The microkernels ``harness microkernels`` selected on this machine (None: not measured here)."""
+    from harness.microbench import load_selected
+
+    try:
+        mks = load_selected(exp.target, "conv2d", exp.cache_dir, machine=m, missing_ok=True)
+    except (OSError, ValueError):
+        return None
+    return [dict(mk.size) for mk in mks] or None
+
+
+def _run_search(
+    exp: Experiment,
+    m: machine_mod.Machine,
+    peaks: dict[str, dict[str, Any]],
+    tensors: Sequence[Any],
+    exp_flags: list[str],
+    say: Callable[[str], None],
+    todo: list[tuple[Candidate, str]],
+) -> list[dict[str, Any]]:
+    """Ask the strategy for candidates within the budget; stored ones are told their stored performance
+    (a resumed search continues where it stopped), new ones are measured in batches and told."""
+    assert exp.search is not None
+    cfg = exp.search
+    caches = tuple(c for c in (m.cache_bytes(lv) for lv in (1, 2, 3)) if c)
+    problem = Problem(exp.workload, exp.space, exp.target, exp.base_options, list(exp.candidates),
+                      _selected_microkernels(exp, m), caches or Problem.caches)  # fmt: skip
+    strategy = make_strategy(problem, cfg)
+    stored = _stored_perf(exp, m)
+    search_cols = {"search_strategy": cfg.strategy, "search_budget": cfg.budget, "search_seed": cfg.seed}
+    start = time.monotonic()
+    counts = {"ok": 0, "failed": 0}
+    rows: list[dict[str, Any]] = []
+    # the space's library baselines (e.g. onednn): measured once, outside the budget
+    libs = [c for c, _ in todo if c.kind == "baseline"]
+    # ... and the space's libraries that need no validation against the BLAS table (conv libraries such as
+    # onednn are reported unsupported until their renderer exists)
+    for name in exp.space.get("library_baselines") or []:
+        lib = Candidate("baseline", str(name))
+        if lib.key not in stored and lib not in libs:
+            libs.append(lib)
+    budget = cfg.budget if cfg.budget is not None else 10**9
+    total = budget if cfg.budget is not None else 0
+    if libs:
+        extra = [{**search_cols, "search_index": None} for _ in libs]
+        rows += _measure_batch(
+            exp, m, peaks, tensors, exp_flags, say, libs, start, extra, (0, len(libs), counts)
+        )
+    proposed, resumed = 0, 0
+    batch = 1 if strategy.adaptive else cfg.batch
+    while proposed < budget:
+        cands = strategy.ask(min(batch, budget - proposed))
+        if not cands:
+            break
+        new, extra = [], []
+        for c in cands:
+            if c.key in stored:
+                strategy.tell(c, stored[c.key])
+                resumed += 1
+            else:
+                new.append(c)
+                extra.append({**search_cols, "search_index": proposed})
+            proposed += 1
+        if new:
+            done = len(rows) - len(libs)
+            shown_total = max(total - resumed, done + len(new))
+            got = _measure_batch(exp, m, peaks, tensors, exp_flags, say, new, start, extra,
+                                 (done, shown_total, counts))  # fmt: skip
+            for c, r in zip(new, got, strict=True):
+                strategy.tell(c, r["pct_peak_median"] if r["status"] == "ok" else None)
+            rows += got
+    if resumed:
+        say(f"[{exp.name}] {resumed} candidate(s) of the {cfg.strategy} search already measured, skipped")
+    say(f"[{exp.name}] {cfg.strategy} search: {proposed} candidate(s) proposed (budget {cfg.budget})")
     return rows
 
 

@@ -84,8 +84,21 @@ COLUMNS: OrderedDict[str, tuple[pa.DataType, str]] = OrderedDict(
         ("pct_peak_median", (F64, "100 * gflops_median / peak_gflops")),
         ("timestamp", (STR, "ISO 8601 time the row was measured")),
         ("harness_version", (STR, "harness version that produced the row")),
+        ("search_strategy", (STR, "search strategy that proposed the candidate (null: the space's list)")),
+        ("search_budget", (I64, "candidates the search was allowed to propose (null: no budget)")),
+        ("search_seed", (I64, "seed of the search strategy")),
+        ("search_index", (I64, "order in which the search proposed the candidate (0 first; null: baseline)")),
     ]
 )
+
+#: Columns added after the first rows were written: a producer may omit them (they default to null), and
+#: rows stored before they existed read back with null.
+OPTIONAL_COLUMNS: dict[str, Any] = {
+    "search_strategy": None,
+    "search_budget": None,
+    "search_seed": None,
+    "search_index": None,
+}
 
 #: Arrow schema of a row file; field metadata carries the descriptions.
 SCHEMA: pa.Schema = pa.schema(
@@ -214,6 +227,7 @@ def validate_row(row: Mapping[str, Any]) -> pa.Table:
     Raises ValueError naming missing/unknown columns, values of the wrong type, bad enum values, invalid
     JSON, or timing columns set on a row whose status is not ok.
     """
+    row = {**OPTIONAL_COLUMNS, **row}
     missing = [c for c in COLUMNS if c not in row]
     unknown = [c for c in row if c not in COLUMNS]
     if missing or unknown:

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from harness import store
@@ -80,7 +81,22 @@ def test_columns_document_every_field() -> None:
     assert store.COLUMNS["times_ns"][0] == pa.list_(pa.float64())
     assert all(desc for _, desc in store.COLUMNS.values())
     assert store.SCHEMA.names == list(store.COLUMNS)
-    assert set(make_row()) == set(store.COLUMNS)
+    assert set(make_row()) | set(store.OPTIONAL_COLUMNS) == set(store.COLUMNS)
+
+
+def test_optional_search_columns_default_to_null_and_old_rows_read_back(tmp_path: Path) -> None:
+    """Rows written before the search columns existed (or by producers that omit them) load with null."""
+    old = make_row(candidate_key="old")
+    table = store.validate_row(old).drop_columns(list(store.OPTIONAL_COLUMNS))  # an old-schema file
+    d = tmp_path / "rows" / old["experiment"]
+    d.mkdir(parents=True)
+    pq.write_table(table, d / "old.parquet")
+    store.write_row(tmp_path, make_row(candidate_key="new", search_strategy="random", search_budget=10,
+                                       search_seed=3, search_index=0))  # fmt: skip
+    frame = store.load(tmp_path).set_index("candidate_key")
+    assert frame.loc["new", "search_strategy"] == "random" and frame.loc["new", "search_index"] == 0
+    assert frame.loc["old", "search_strategy"] is None or pd.isna(frame.loc["old", "search_strategy"])
+    assert pd.isna(frame.loc["old", "search_budget"])
 
 
 def test_missing_and_unknown_columns_are_named(tmp_path: Path) -> None:
