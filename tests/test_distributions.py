@@ -1,0 +1,80 @@
+"""harness.distributions on synthetic distributions with known answers (seed 000 §5.4.6)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from harness import distributions as dist
+
+N = 10_000
+GRID = 100.0 * np.arange(1, N + 1) / N  # the uniform distribution on (0, 100], as a sample
+
+
+def test_histogram_bins_of_4_percent_are_a_density() -> None:
+    density, edges = dist.histogram(GRID)
+    assert edges[0] == 0 and np.allclose(np.diff(edges), 4.0)
+    assert np.sum(density * 4.0) == pytest.approx(1.0)
+    assert np.allclose(density[:25], 1 / 100, rtol=1e-2)  # uniform: height 1/100 per % everywhere
+    # the thesis's reading: height 0.045 on a 4% bin = 18% of the space
+    x = np.r_[np.full(18, 22.0), np.full(82, 60.0)]
+    d, e = dist.histogram(x)
+    assert d[np.searchsorted(e, 22.0, side="right") - 1] == pytest.approx(0.045)
+
+
+def test_ecdf_and_survival() -> None:
+    x, f = dist.ecdf([3.0, 1.0, 2.0, 2.0])
+    assert list(x) == [1, 2, 2, 3] and list(f) == [0.25, 0.5, 0.75, 1.0]
+    assert list(dist.survival([1.0, 2.0, 2.0, 3.0], [0, 1, 2, 2.5, 3, 4])) == [1, 1, 0.75, 0.25, 0.25, 0]
+    assert dist.survival(GRID, [50.0])[0] == pytest.approx(0.5, abs=1e-3)
+
+
+@pytest.mark.parametrize("tau", dist.TAUS)
+@pytest.mark.parametrize("n", [1, 5, 25, 100, 1000])
+def test_expect_matches_the_closed_form_of_a_uniform_space(n: int, tau: float) -> None:
+    """Uniform on (0, 100]: P(max_n >= p) = 1 - (p/100)^n = τ  <=>  p = 100 (1 - τ)^{1/n}."""
+    assert dist.expect(GRID, n, tau) == pytest.approx(100 * (1 - tau) ** (1 / n), abs=100 / N + 1e-9)
+
+
+def test_expect_is_the_quantile_at_the_thesis_level_and_saturates() -> None:
+    assert dist.quantile_level(25, 0.9) == pytest.approx(0.912, abs=1e-3)  # the notes' worked example
+    x = np.array([10.0, 20.0, 30.0, 40.0])
+    values = dist.expect(x, [1, 2, 10, 10**6], 0.9)
+    assert list(values) == sorted(values) and values[-1] == 40.0
+    assert dist.expect(x, 1, 0.5) == 20.0  # the median (lower value)
+    with pytest.raises(ValueError):
+        dist.expect(x, 0, 0.5)
+    with pytest.raises(ValueError):
+        dist.expect(x, 3, 1.0)
+
+
+def test_expected_best_of_n() -> None:
+    # continuous uniform (0, 100): E[max_n] = 100 n / (n + 1)
+    for n in (1, 4, 50):
+        assert dist.expected_best(GRID, n) == pytest.approx(100 * n / (n + 1), abs=0.05)
+    # a two-point sample: max of 2 draws is 1 unless both draws are 0 -> 3/4
+    assert dist.expected_best([0.0, 1.0], 2) == pytest.approx(0.75)
+    # against brute force on a small sample
+    rng = np.random.default_rng(0)
+    x = rng.gamma(2.0, 10.0, size=30)
+    draws = rng.choice(x, size=(200_000, 5)).max(axis=1).mean()
+    assert dist.expected_best(x, 5) == pytest.approx(draws, rel=0.01)
+
+
+def test_bootstrap_ci_covers_the_truth_and_is_reproducible() -> None:
+    rng = np.random.default_rng(1)
+    x = rng.uniform(0, 100, size=400)
+    lo, hi = dist.bootstrap_ci(x, "expect", n=10, tau=0.5, n_resamples=500)
+    truth = 100 * 0.5 ** (1 / 10)
+    assert lo <= truth <= hi and hi - lo < 10
+    assert dist.bootstrap_ci(x, "expect", n=10, tau=0.5, n_resamples=500) == (lo, hi)
+    lo, hi = dist.bootstrap_ci(x, "median", n_resamples=500)
+    assert lo <= 50 <= hi
+    with pytest.raises(ValueError):
+        dist.bootstrap_ci(x, "nope")
+
+
+def test_best_of_first_and_weighted_average() -> None:
+    assert dist.best_of_first([5.0, float("nan"), 9.0, 30.0], 3) == 9.0
+    perf = {"a": 50.0, "b": 80.0, "c": float("nan")}
+    assert dist.weighted_average(perf, {"a": 3, "b": 1, "c": 100}) == pytest.approx((150 + 80) / 4)
