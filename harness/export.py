@@ -1,5 +1,6 @@
 """Exports of the result store: pyperf JSON (so ``python -m pyperf compare_to a.json b.json`` works on
-two runs) and CSV summaries. Parquet itself is the primary format (schema: ``harness.store.COLUMNS``).
+two runs), CSV summaries per experiment, and per paper figure its plotted data and verdict line. Parquet
+itself is the primary format (schema: ``harness.store.COLUMNS``).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import pandas as pd
 import pyperf
 
 from harness import analysis, store
+from reports.figures import PaperFigure, paper_figures
 
 
 def benchmark_name(row: pd.Series) -> str:
@@ -58,7 +60,8 @@ def export_pyperf(results_dir: Path, out: Path, experiment: str | None = None) -
 
 
 def export_csv(results_dir: Path, out_dir: Path) -> list[Path]:
-    """The summary table per experiment (one line per candidate x workload x machine x timing mode)."""
+    """The summary table per experiment (one line per candidate x workload x machine x timing mode), and
+    per paper figure (``figures/``): the data it plots and its verdict line (``figures/verdicts.csv``)."""
     summary = analysis.summarize(store.load(results_dir))
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
@@ -69,4 +72,52 @@ def export_csv(results_dir: Path, out_dir: Path) -> list[Path]:
     (out_dir / "columns.json").write_text(
         json.dumps({name: desc for name, (_, desc) in store.COLUMNS.items()}, indent=1)
     )
-    return paths
+    return paths + export_figures_csv(summary, out_dir / "figures")
+
+
+def verdict_table(figures: list[PaperFigure]) -> pd.DataFrame:
+    """One line per paper figure and machine: the paper's number, ours with its CI, the ratio, the verdict."""
+    lines = []
+    for f in figures:
+        lo, hi = f.ours_ci or (None, None)
+        rlo, rhi = f.ratio_ci or (None, None)
+        lines.append(
+            {
+                "figure": f.name,
+                "machine_fingerprint": f.machine,
+                "cpu_model": f.cpu_model,
+                "paper": f.paper,
+                "where": f.where,
+                "claim": f.claim,
+                "paper_number": f.paper_text,
+                "paper_value": f.paper_value,
+                "ours": f.ours,
+                "ours_ci_low": lo,
+                "ours_ci_high": hi,
+                "unit": f.unit,
+                "ratio": f.ratio,
+                "ratio_ci_low": rlo,
+                "ratio_ci_high": rhi,
+                "verdict": f.verdict,
+                "statistic": f.statistic,
+                "measured": f.measured,
+                "timing_mode": f.timing_mode,
+                "experiments": ", ".join(f.experiments),
+                **{f"units_{k}": v for k, v in f.counts.items()},
+                "plotted_data": f.csv,
+            }
+        )
+    return pd.DataFrame(lines)
+
+
+def export_figures_csv(summary: pd.DataFrame, out_dir: Path) -> list[Path]:
+    """Every paper figure the results allow: its plotted data (CSV, with its PNG beside) and verdicts.csv."""
+    from harness.report import complete_figure
+
+    figures = [complete_figure(f, summary) for f in paper_figures(summary, out_dir)]
+    if not figures:
+        return []
+    path = out_dir / "verdicts.csv"
+    verdict_table(figures).to_csv(path, index=False)
+    plotted = [out_dir / Path(f.csv).name for f in figures if f.csv]
+    return [path, *sorted(p for p in plotted if p.is_file())]
