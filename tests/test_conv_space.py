@@ -1,0 +1,201 @@
+"""kernels.conv_space: the 23 layers, the samplers' legality and distributions, the §5.4.3 footprint table."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from scipy import stats
+
+from kernels import conv_space as cs
+from kernels.candidate import Workload
+from kernels.scheme import parse_scheme
+
+CONF = Path(__file__).resolve().parent.parent / "conf" / "workload"
+
+
+# -- the layers -------------------------------------------------------------------------------------------
+def test_the_23_layers_and_their_errata() -> None:
+    layers = cs.load_layers()
+    assert len(layers) == 23
+    assert Counter(lay.network for lay in layers) == {"yolo9000": 11, "resnet18": 12}
+    by = {lay.name: lay for lay in layers}
+    assert by["yolo9000_23"].k == 28269 and by["yolo9000_23"].k_used == 28272 and by["yolo9000_23"].erratum
+    assert by["resnet18_08"].erratum and by["resnet18_10"].erratum
+    assert {lay.name for lay in layers if lay.stride == 2} == {
+        "resnet18_01", "resnet18_04", "resnet18_05", "resnet18_07", "resnet18_10", "resnet18_11"
+    }  # fmt: skip
+    # MACs with H/W read as the output size (the notes' derived totals)
+    assert by["yolo9000_12"].macs == 512 * 256 * 34 * 34 * 9
+    assert round(by["yolo9000_12"].macs / 1e6) == 1364
+    assert sum(lay.macs for lay in layers) == pytest.approx(18.2e9, rel=0.002)
+
+
+@pytest.mark.parametrize("layer", cs.load_layers(), ids=lambda lay: lay.name)
+def test_workload_configs_match_the_table(layer: cs.Layer) -> None:
+    assert (CONF / f"{layer.name}.yaml").read_text(encoding="utf-8") == cs.workload_yaml(layer)
+
+
+# -- the §5.4.3 footprint table ----------------------------------------------------------------------------
+# The thesis's example (sizes {k:256, c:512, w:192, h:192, r:3, s:3}, AVX-512 lanes) with the erratum
+# T_{16,k} -> T_{8,k}. The thesis joins (w, r) and (h, s) in the input; our operator joins h with r and w
+# with s, so the example is translated by exchanging r and s.
+EXAMPLE = ("[T_{4,w}, T_{3,s}, T_{4,h}, T_{2,c}, T_{4,w}, T_{8,k}, T_{3,r}, T_{48,h}, T_{256,c}, U_{12,w}, "
+           "U_{2,k}, V_k]")  # fmt: skip
+EXAMPLE_SIZES = {"h": 192, "w": 192, "k": 256, "r": 3, "s": 3, "c": 512}
+TABLE = [  # atom, Input, Output, Params as printed (outer to inner)
+    ("T_{4,w}", "19M", "9.4M", "1.2M"),
+    ("T_{3,s}", "4.9M", "2.3M", "1.2M"),
+    ("T_{4,h}", "4.7M", "2.3M", "393K"),
+    ("T_{2,c}", "1.2M", "589K", "393K"),
+    ("T_{4,w}", "614K", "590K", "197K"),
+    ("T_{8,k}", "153K", "147K", "197K"),
+    ("T_{3,r}", "153K", "18K", "24K"),
+    ("T_{48,h}", "147K", "18K", "8K"),
+    ("T_{256,c}", "3K", "384", "8K"),
+    ("U_{12,w}", "12", "384", "32"),
+    ("U_{2,k}", "1", "32", "32"),
+    ("V_k", "1", "16", "16"),
+]
+
+
+def _printed(text: str) -> float:
+    mult = {"K": 1e3, "M": 1e6}
+    return float(text[:-1]) * mult[text[-1]] if text[-1] in mult else float(text)
+
+
+def test_footprint_table_of_5_4_3_row_by_row() -> None:
+    per_atom = cs.suffix_sizes(EXAMPLE, EXAMPLE_SIZES, lanes=16)
+    atoms = [a.text() for a in parse_scheme(EXAMPLE)]
+    assert atoms == [row[0] for row in TABLE]
+    for (atom, *printed), sizes in zip(TABLE, per_atom, strict=True):
+        fp = cs.conv_footprints(sizes)
+        for tensor, value in zip(("I", "O", "K"), printed, strict=True):
+            # the table prints 2-3 significant digits, sometimes truncated (4.97M as 4.9M); 1K = 1000 or 1024
+            assert fp[tensor] == pytest.approx(_printed(value), rel=0.05), (atom, tensor, fp[tensor], value)
+
+
+def test_movement_of_5_4_3_shortest_overflowing_suffix() -> None:
+    # 4 MB = 1 Mi floats: the suffix from the second T_{4,w} overflows (1 400 832 floats), 96 iterations above
+    mi = 2**20
+    assert cs.movement(EXAMPLE, EXAMPLE_SIZES, 16, mi) == 1_400_832 * 96
+    # a cache holding everything moves the whole footprint once
+    total = sum(cs.conv_footprints(EXAMPLE_SIZES).values())
+    assert cs.movement(EXAMPLE, EXAMPLE_SIZES, 16, 10 * total) == total
+    metric = cs.model_metric(EXAMPLE, EXAMPLE_SIZES, 16, [8192, 131072, mi], [16.0, 8.0, 2.0])
+    assert metric > 1_400_832 * 96 / 2.0
+
+
+# -- samplers ----------------------------------------------------------------------------------------------
+SMALL = [
+    Workload.make("y12s", "conv2d", {"h": 8, "w": 8, "k": 32, "c": 16, "r": 3, "s": 3}),
+    Workload.make("y18s", "conv2d", {"h": 17, "w": 17, "k": 32, "c": 8, "r": 3, "s": 3}),
+    Workload.make("r11s", "conv2d", {"h": 14, "w": 14, "k": 64, "c": 16, "r": 1, "s": 1}, stride=2),
+]
+SPACES = {
+    "all": cs.ConvSpace(),
+    "single": cs.ConvSpace(combination="single", partial="masked"),
+    "lambda": cs.ConvSpace(combination="lambda"),
+    "free": cs.ConvSpace(divisibility="free"),
+    "fixed": cs.ConvSpace(permutation="fixed"),
+    "packed": cs.ConvSpace(packing="any"),
+}
+
+
+@pytest.mark.parametrize("space", SPACES, ids=str)
+@pytest.mark.parametrize("sampler", sorted(cs.SAMPLERS))
+def test_every_sample_is_legal(space: str, sampler: str) -> None:
+    rng = random.Random(7)
+    for w in SMALL:
+        try:
+            ctx = cs.context(SPACES[space], w, "avx2", None)
+        except cs.ConvSpaceError:
+            assert space == "lambda" and w.name == "y12s"  # 8 = 4 + 4 has no two-size cover: single only
+            continue
+        for _ in range(60):
+            text, plan = cs.draw(ctx, sampler, rng, tries=1)  # tries=1: an illegal draw raises
+            assert ctx.legal(text) and plan in ctx.plans
+            if SPACES[space].combination == "single":
+                assert "λ_seq" not in text
+            if space == "lambda":
+                assert "λ_seq" in text
+
+
+def test_forced_microkernel_and_bad_knobs() -> None:
+    space = cs.ConvSpace.from_config(
+        {"microkernels": "forced", "forced": ["U_{17,h}, V_k"], "combination": "single"}
+    )
+    ctx = cs.context(space, SMALL[1], "avx2", None)
+    text, _ = cs.draw(ctx, "random", random.Random(0))
+    assert text.endswith("U_{17,h}, U_{1,k}, V_k]")
+    with pytest.raises(cs.ConvSpaceError, match="combination"):
+        cs.ConvSpace.from_config({"combination": "some"})
+    with pytest.raises(cs.ConvSpaceError, match="unknown"):
+        cs.ConvSpace.from_config({"nope": 1})
+    with pytest.raises(cs.ConvSpaceError, match="no microkernel plan"):
+        cs.context(cs.ConvSpace(combination="single"), SMALL[1], "avx2", None)  # 17 is prime
+
+
+def _toy(c: int, k_vectors: int, space: cs.ConvSpace | None = None) -> cs.Context:
+    """h = w = r = s = 1: only c and k are tiled above a 1 x 1-vector microkernel."""
+    w = Workload.make("toy", "conv2d", {"h": 1, "w": 1, "k": 8 * k_vectors, "c": c, "r": 1, "s": 1})
+    return cs.Context(space or cs.ConvSpace(), w, "avx2", [cs.Plan((("k", 1), ("w", 1)))])
+
+
+def _dim_atoms(text: str) -> list[tuple[str, int]]:
+    return [(a.dim, a.size) for a in parse_scheme(text) if a.kind == "T"]
+
+
+def test_random_search_picks_uniformly_over_dimension_divisor_pairs() -> None:
+    """§5.4.5: with c = 4 and k = 2 vectors left, the innermost tile is (c,2), (c,4) or (k,2), 1/3 each."""
+    ctx, rng = _toy(4, 2), random.Random(11)
+    firsts = Counter(_dim_atoms(cs.sample_random(ctx, rng)[0])[-1] for _ in range(3000))
+    assert set(firsts) == {("c", 2), ("c", 4), ("k", 2)}
+    assert stats.chisquare(list(firsts.values())).pvalue > 0.001
+
+
+def test_levels_sampler_levels_are_uniform_in_1_to_4() -> None:
+    """§6.5: c = 2^6 can be split into 1..4 levels: the number of c tiles is uniform over {1, 2, 3, 4}."""
+    ctx, rng = _toy(64, 1), random.Random(3)
+    counts = Counter(sum(d == "c" for d, _ in _dim_atoms(cs.sample_levels(ctx, rng)[0])) for _ in range(4000))
+    assert set(counts) == {1, 2, 3, 4}
+    assert stats.chisquare([counts[i] for i in (1, 2, 3, 4)]).pvalue > 0.001
+
+
+def test_levels_sampler_permutation_is_uniform_pop() -> None:
+    """Uniform pop: each step pops a uniformly chosen *dimension*, so with one k level and three c levels
+    the k tile is innermost with probability 1/2 (not 1/4 as a uniform shuffle of atoms would give)."""
+    space = cs.ConvSpace(max_levels=4)
+    ctx, rng = _toy(8, 2, space), random.Random(5)
+    inner_k = n = 0
+    for _ in range(6000):
+        atoms = _dim_atoms(cs.sample_levels(ctx, rng)[0])
+        if sum(d == "c" for d, _ in atoms) == 3 and sum(d == "k" for d, _ in atoms) == 1:
+            n += 1
+            inner_k += atoms[-1][0] == "k"
+    assert n > 300
+    assert stats.binomtest(inner_k, n, 0.5).pvalue > 0.001
+
+
+def test_fixed_permutation_is_level_by_level() -> None:
+    ctx = _toy(64, 4, cs.ConvSpace(permutation="fixed", fixed_order=("k", "h", "w", "c", "r", "s")))
+    rng = random.Random(2)
+    for _ in range(50):
+        text, _ = cs.draw(ctx, "random", rng)
+        atoms = _dim_atoms(text)
+        # inner to outer: level 0 of k (if any) is outside level 0 of c, and so on level by level
+        inner = list(reversed(atoms))
+        if inner and any(d == "k" for d, _ in inner) and any(d == "c" for d, _ in inner):
+            assert inner[0][0] == "c"
+
+
+def test_exhaustive_tilings_are_distinct_and_legal() -> None:
+    ctx = cs.context(cs.ConvSpace(permutation="fixed"), SMALL[0], "avx2", None)
+    assert len(ctx.plans) == 1  # U_{4,w}, U_{2,k}: the only fallback microkernel dividing 8 x 8 x 32
+    texts = cs.exhaustive_tilings(ctx, 1000)
+    # h: 8 = 8 | 2.4 | 4.2 | 2.2.2 (4 ways), c: 16 in up to 4 ordered factors (8 ways), w, k, r, s: 1 way
+    assert len(texts) == len(set(texts)) == 4 * 8
+    assert all(ctx.legal(t) for t in texts)
+    assert cs.exhaustive_tilings(ctx, 5) == texts[:5]
