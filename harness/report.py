@@ -121,8 +121,9 @@ def render_report(
     env.filters["sig"] = _sig
     env.filters["slug"] = lambda s: _slug(s, 80)
     env.filters["short"] = lambda s, n=12: "" if s is None else str(s)[:n]
+    builder_errors: list[tuple[str, str]] = []
     figures = sorted(
-        (complete_figure(f, summary) for f in paper_figures(summary, fig_dir)),
+        (complete_figure(f, summary) for f in paper_figures(summary, fig_dir, builder_errors)),
         key=lambda f: (f.name, f.cpu_model, f.machine),
     )
     # (anchor, figure): the verdict table links to each figure's section
@@ -130,7 +131,11 @@ def render_report(
     machines = _machines(df)
     common = {"title": title, "n_rows": len(df), "time_span": _time_span(df), "machines": machines}
     html = env.get_template("index.html.j2").render(
-        **common, experiments=experiments, paper_figures=anchored, verdicts=_verdict_counts(figures)
+        **common,
+        experiments=experiments,
+        paper_figures=anchored,
+        verdicts=_verdict_counts(figures),
+        builder_errors=builder_errors,
     )
     prov = env.get_template("provenance.html.j2").render(
         **common,

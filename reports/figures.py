@@ -354,8 +354,23 @@ def all_builders() -> list[Builder]:
     return builders
 
 
-def paper_figures(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
-    """Every paper figure the results allow, one per figure and machine."""
+def paper_figures(
+    summary: pd.DataFrame, out_dir: Path, errors: list[tuple[str, str]] | None = None
+) -> list[PaperFigure]:
+    """Every paper figure the results allow, one per figure and machine.
+
+    With ``errors`` (a list), a builder that raises is recorded there as (builder, error) and the others
+    still run, so one broken plug-in cannot hide every other figure of the report; without it, it raises.
+    """
     if summary.empty:
         return []
-    return [f for build in all_builders() for f in build(summary, out_dir)]
+    figures = []
+    for build in all_builders():
+        try:
+            figures += build(summary, out_dir)
+        except Exception as exc:
+            if errors is None:
+                raise
+            plt.close("all")
+            errors.append((f"{build.__module__}.{build.__qualname__}", f"{type(exc).__name__}: {exc}"))
+    return figures

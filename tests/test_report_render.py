@@ -192,3 +192,21 @@ def test_pdf_renders_with_the_expected_page_count(built: Path, tmp_path: Path) -
     pages = sorted(tmp_path.glob("page-*.png"))
     assert len(pages) == expected
     _not_blank(pages[0])
+
+
+def test_a_broken_figure_builder_is_reported_not_fatal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import reports.figures as figures
+
+    def broken(summary: object, out_dir: Path) -> list:
+        raise KeyError("column_that_does_not_exist")
+
+    builders = figures.all_builders()
+    monkeypatch.setattr(figures, "all_builders", lambda: [broken, *builders])
+    results = tmp_path / "results"
+    for row in hoist_rows(90.0, 40.0):
+        store.write_row(results, row)
+    html = report.build_report(results, tmp_path / "report").read_text(encoding="utf-8")
+    assert "1 figure builder failed" in html and "column_that_does_not_exist" in html
+    assert len(sections(html)) == 1  # the other figures are still there
