@@ -81,9 +81,12 @@ def bench_scheme(mk: Microkernel) -> str:
     return mk.scheme([f"T_{{{int(sec['reduction_tile'])},{sec['reduction_dim']}}}"])
 
 
-def bench_candidate(mk: Microkernel) -> Candidate:
-    """Same options as ``harness run`` gives a scheme (target, hoist, fma), so keys agree."""
-    opts = {"target": mk.isa, "hoist": True, "fma": True}
+def bench_candidate(mk: Microkernel, hoist: bool = True, fma: bool = True) -> Candidate:
+    """Same options as ``harness run`` gives a scheme (target, hoist, fma), so keys agree.
+
+    ``hoist`` / ``fma`` off are the code-generation ablations of the §4.3 compiler study.
+    """
+    opts = {"target": mk.isa, "hoist": bool(hoist), "fma": bool(fma)}
     return Candidate("scheme", bench_scheme(mk), tuple(sorted(opts.items())))
 
 
@@ -121,6 +124,9 @@ class BenchConfig:
     warmup_flops: float = WARMUP_FLOPS  # 0: keep timing.warmup as it is
     rerun: bool = False  # measure again even if a row is stored
     retry_busy: int = 1  # re-measure a row flagged busy core or peak drift up to this many times
+    experiment: str | None = None  # row directory; default microkernels-<op>-<isa> (experiment_name)
+    hoist: bool = True  # code generation: output accumulators kept in registers (thesis §4.3)
+    fma: bool = True  # code generation: fused multiply-add intrinsics (else mul + add)
 
     @property
     def cache(self) -> Path:
@@ -142,9 +148,9 @@ def bench_timing(flops: int, cfg: BenchConfig) -> TimingConfig:
 def _experiment(mk: Microkernel, cfg: BenchConfig) -> Experiment:
     w = bench_workload(mk)
     return Experiment(
-        experiment_name(mk.isa, mk.op),
+        cfg.experiment or experiment_name(mk.isa, mk.op),
         w,
-        [bench_candidate(mk)],
+        [bench_candidate(mk, cfg.hoist, cfg.fma)],
         timing=bench_timing(w.flops, cfg),
         check=cfg.check,
         compiler=cfg.compiler,
@@ -163,6 +169,7 @@ def _row_path(exp: Experiment, m: machine_mod.Machine) -> Path:
 
 def _summary(mk: Microkernel, row: dict[str, Any]) -> dict[str, Any]:
     flags = json.loads(row.get("flags") or "[]")
+    opts = json.loads(row.get("candidate_options") or "{}")
     out: dict[str, Any] = {
         "name": mk.name,
         "op": mk.op,
@@ -187,6 +194,11 @@ def _summary(mk: Microkernel, row: dict[str, Any]) -> dict[str, Any]:
         "drift": any(DRIFT_FLAG in f for f in flags),
         "machine_fingerprint": row["machine_fingerprint"],
         "timestamp": row["timestamp"],
+        "experiment": row["experiment"],
+        "compiler": row.get("compiler"),
+        "cflags": row.get("cflags"),
+        "hoist": bool(opts.get("hoist", True)),
+        "fma": bool(opts.get("fma", True)),
     }
     return out
 
@@ -217,12 +229,14 @@ def run_microbench(
             continue  # an illegal scheme: run_experiment records the error
         if isinstance(src, KernelSource):
             sources.append(src)
+    compile_s = 0.0
     if sources:
         t0 = time.perf_counter()
         say(f"[microbench] compiling {len(sources)} kernel(s) ...")
         builds = build_many(sources, cfg.compiler, cfg.cache / "so")
         failed = sum(not b.ok for b in builds)
-        say(f"[microbench] compiled in {time.perf_counter() - t0:.1f}s ({failed} failed)")
+        compile_s = time.perf_counter() - t0
+        say(f"[microbench] compiled in {compile_s:.1f}s ({failed} failed)")
 
     out = []
     for n, (mk, exp) in enumerate(zip(microkernels, exps, strict=True), start=1):
@@ -239,6 +253,7 @@ def run_microbench(
                 break
             say(f"[microbench] {mk.suffix}: core busy or peak drifted, measuring again")
             path.unlink(missing_ok=True)
+        summary["reused"] = reused  # stored by an earlier run: its cost is not in this run's wall time
         out.append(summary)
         perf = (
             f"{summary['pct_peak_median']:.1f}% of peak"
@@ -250,7 +265,9 @@ def run_microbench(
             f"[microbench] {n}/{len(exps)} {mk.suffix}: {summary['status']} {perf}{note}"
             + (" (stored)" if reused else "")
         )
-    return pd.DataFrame(out)
+    frame = pd.DataFrame(out)
+    frame.attrs["compile_s"] = compile_s  # the parallel compilation before any timed run
+    return frame
 
 
 # -- selection -------------------------------------------------------------------------------------------
@@ -300,9 +317,8 @@ def save_selection(
     """
     m = machine or machine_mod.detect()
     path = selection_path(cache_dir, m.fingerprint, isa, op)
-    measured: dict[str, dict[str, Any]] = {}
-    if path.is_file():
-        measured = {r["name"]: r for r in json.loads(path.read_text()).get("measured", [])}
+    previous = json.loads(path.read_text()) if path.is_file() else {}
+    measured: dict[str, dict[str, Any]] = {r["name"]: r for r in previous.get("measured", [])}
     mine = frame[(frame["op"] == op) & (frame["isa"] == isa)] if not frame.empty else frame
     for rec in mine.to_dict("records"):
         mk = _microkernel_of(rec)
@@ -326,6 +342,7 @@ def save_selection(
             for r in sel.to_dict("records")
         ],
         "measured": sorted(measured.values(), key=lambda r: r["name"]),
+        "wall_time": previous.get("wall_time", []),  # record_wall_time: cost of each selection run
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".tmp{os.getpid()}")
@@ -501,6 +518,7 @@ def command(
     reading = reading or mkmod.default_reading(isa)
     if reading not in data["conv"]["readings"]:
         raise ValueError(f"unknown reading {reading!r}; known: {', '.join(data['conv']['readings'])}")
+    t_enum = time.perf_counter()
     counts = mkmod.reading_counts(isa)
     print(
         f"{m.model_name} [{m.fingerprint}], ISA {isa} ({data['vector_registers']} vector registers, "
@@ -524,9 +542,13 @@ def command(
         mks, what = mkmod.fig5_2_slice(isa), "Fig 5.2 slice (uc=uh=ur=us=1)"
     else:
         mks, what = mkmod.enumerate_matmul(isa), "all matmul microkernels"
+    enumerate_s = time.perf_counter() - t_enum
     print(f"benchmarking {len(mks)} microkernels: {what}")
     cfg = BenchConfig(results_dir=Path(results_dir), rerun=rerun)
+    t_bench = time.perf_counter()
     frame = run_microbench(mks, cfg, machine=m)
+    benchmark_s = time.perf_counter() - t_bench
+    t_sel = time.perf_counter()
     sel = select(frame, threshold)
     path = save_selection(
         frame,
@@ -537,6 +559,25 @@ def command(
         m,
         extra={"reading": reading, "timing": asdict(cfg.timing), "warmup_flops": cfg.warmup_flops},
     )
+    select_s = time.perf_counter() - t_sel
+    n_reused = int(frame["reused"].sum()) if not frame.empty else 0
+    wall = {
+        "timestamp": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "set": what,
+        "quick": bool(quick),
+        "reading": reading,
+        "n_enumerated": int(counts.get(reading, 0)) if op == "conv2d" else len(mks),
+        "n_microkernels": len(mks),
+        "n_measured": len(mks) - n_reused,
+        "n_reused": n_reused,
+        "enumerate_s": enumerate_s,
+        "compile_s": float(frame.attrs.get("compile_s", 0.0)),
+        "benchmark_s": benchmark_s,
+        "select_s": select_s,
+        "total_s": enumerate_s + benchmark_s + select_s,
+        **cores_used(),
+    }
+    record_wall_time(path, wall)
     ok = frame[frame["status"] == "ok"] if not frame.empty else frame
     summary: dict[str, Any] = {
         "isa": isa, "counts": counts, "n_benchmarked": len(frame), "n_ok": len(ok), "n_selected": len(sel),
@@ -587,8 +628,55 @@ def command(
         summary["figure"] = str(png)
         print(f"figure: {png} (+ {png.with_suffix('.csv').name})")
     summary["wall_s"] = time.perf_counter() - start
-    print(f"wall time: {summary['wall_s']:.1f}s")
+    summary["wall"] = wall
+    print(
+        f"wall time: enumeration {enumerate_s:.2f}s, benchmark {benchmark_s:.1f}s (of which compilation "
+        f"{wall['compile_s']:.1f}s on {wall['compile_jobs']} parallel jobs, {wall['cpus_available']} CPUs; "
+        f"timing on {wall['timing_cpus']} pinned CPU), selection {select_s:.2f}s; "
+        f"command {summary['wall_s']:.1f}s"
+        + (f" ({n_reused} of {len(mks)} rows reused from the store: not a full cost)" if n_reused else "")
+    )
     return summary
+
+
+WALL_HISTORY = 20  # wall-time records kept per selection file
+
+
+def cores_used() -> dict[str, int]:
+    """CPUs the selection used: compilation runs ``build_many``'s parallel jobs, timing one pinned CPU."""
+    try:
+        available = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        available = os.cpu_count() or 1
+    return {"cpus_available": available, "compile_jobs": os.cpu_count() or 1, "timing_cpus": 1}
+
+
+def record_wall_time(path: Path, entry: dict[str, Any]) -> None:
+    """Append ``entry`` (enumeration, benchmark and selection wall time) to the selection file's
+    ``wall_time`` list (the last :data:`WALL_HISTORY` kept), atomically."""
+    record = json.loads(Path(path).read_text())
+    record["wall_time"] = [*record.get("wall_time", []), {k: _jsonable(v) for k, v in entry.items()}][
+        -WALL_HISTORY:
+    ]
+    tmp = Path(path).with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(record, indent=1))
+    os.replace(tmp, path)
+
+
+def wall_times(cache_dir: Path) -> list[dict[str, Any]]:
+    """Every stored wall-time record under ``cache_dir``, with the machine, ISA and operator of its file."""
+    out = []
+    for path in sorted(Path(cache_dir).glob("microkernels-*.json")):
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue  # a file being replaced, or not ours
+        for entry in record.get("wall_time", []):
+            out.append({
+                "fingerprint": record.get("fingerprint"), "model_name": record.get("model_name"),
+                "isa": record.get("isa"), "op": record.get("op"), **entry,
+            })  # fmt: skip
+    return out
 
 
 def unroll_sizes_selected(
