@@ -41,6 +41,9 @@ class TimingConfig:
     rel_ci: float = 0.02  # stop when the 95% CI half-width of the mean is within this fraction of it
     max_seconds: float = 5.0
     cpu: int | None = None  # None: the last CPU this process may use (CPU 0 takes most interrupts)
+    # OpenMP threads of a parallel kernel (Tpar/Tfused); > 1 runs on that many CPUs (cpus_for), 1 keeps
+    # the single-core pinning
+    threads: int = 1
     align: int = ALIGN  # bytes of alignment of every tensor and the workspace
 
 
@@ -63,6 +66,8 @@ class RunResult:
     counters_unavailable: dict[str, str] = field(default_factory=dict)
     cold_method: str = "none"
     n_reps: int = 0
+    threads: int = 1  # OMP_NUM_THREADS the kernel ran with
+    cpus: list[int] = field(default_factory=list)  # the CPU set the child ran on
 
 
 @functools.cache
@@ -94,6 +99,19 @@ def build_driver(cache_dir: Path, cc: str = "gcc") -> Path:
 
 def default_cpu() -> int:
     return max(os.sched_getaffinity(0))
+
+
+def cpus_for(timing: TimingConfig) -> list[int]:
+    """The CPUs a run is pinned to: one (``timing.cpu`` or the default) for a serial kernel, the last
+    ``threads`` CPUs this process may use for a parallel one (an error if there are fewer)."""
+    if timing.threads < 1:
+        raise ValueError(f"timing.threads must be >= 1, got {timing.threads}")
+    if timing.threads == 1:
+        return [default_cpu() if timing.cpu is None else timing.cpu]
+    allowed = sorted(os.sched_getaffinity(0))
+    if timing.threads > len(allowed):
+        raise ValueError(f"timing.threads={timing.threads} but this process may use only {len(allowed)} CPUs")
+    return allowed[-timing.threads :]
 
 
 def _limit_memory(limit: int) -> None:
@@ -132,7 +150,10 @@ def run_kernel(
     m = machine.detect()
     flush_bytes = timing.flush_bytes or 8 * (m.llc_bytes or 32 << 20)
     memory = limits.memory_bytes or int(0.8 * m.memory_bytes)
-    cpu = default_cpu() if timing.cpu is None else timing.cpu
+    try:
+        cpus = cpus_for(timing)
+    except ValueError as exc:
+        return RunResult("error", str(exc))
 
     tmp_parent = TMP_ROOT if TMP_ROOT.is_dir() and os.access(TMP_ROOT, os.W_OK) else workdir
     tmp_parent.mkdir(parents=True, exist_ok=True)
@@ -149,12 +170,17 @@ def run_kernel(
             "--warmup", str(timing.warmup), "--warmup-seconds", repr(timing.warmup_seconds),
             "--min-reps", str(timing.min_reps),
             "--max-reps", str(timing.max_reps), "--rel-ci", repr(timing.rel_ci),
-            "--max-seconds", repr(timing.max_seconds), "--counters", ",".join(counters), "--cpu", str(cpu),
+            "--max-seconds", repr(timing.max_seconds), "--counters", ",".join(counters),
+            "--cpus", ",".join(map(str, cpus)), "--threads", str(timing.threads),
         ]  # fmt: skip
-        # Pinned to one CPU, library threads would only contend with each other.
+        # Pinned to one CPU, library threads would only contend with each other; a parallel kernel gets
+        # its OpenMP threads (the driver sets OMP_NUM_THREADS), one per CPU of its set
         env = {**os.environ}
-        for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS"):
+        for var in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS"):
             env.setdefault(var, "1")
+        if timing.threads > 1:
+            env.setdefault("OMP_PROC_BIND", "spread")
+            env.setdefault("OMP_PLACES", "threads")  # one place per CPU of the set
         try:
             proc = subprocess.run(
                 cmd,
@@ -201,4 +227,6 @@ def _parse(proc: subprocess.CompletedProcess[str], out_path: Path, output_like: 
         counters_unavailable=data["counters_unavailable"],
         cold_method=data["cold_method"],
         n_reps=data["n_reps"],
+        threads=int(data.get("threads", 1)),
+        cpus=[int(c) for c in data.get("cpus", [])],
     )

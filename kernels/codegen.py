@@ -19,6 +19,7 @@ from kernels.candidate import Candidate, KernelSource, Workload
 from kernels.operators import Access, Operator
 from kernels.scheme import (
     PACK_KINDS,
+    PAR_KINDS,
     UNROLL_KINDS,
     Analysis,
     LoopStep,
@@ -32,6 +33,7 @@ from kernels.targets import Target, get_target
 from kernels.transpose import TRANSPOSES, Transpose, c_function
 
 LOOP_ATOMS = ("R", "T", "Texct", "Tvar", "Texctg")
+MAX_THREAD_SLICES = 64  # per-thread pack workspaces of a parallel kernel: at most this many threads
 
 
 PARTIAL_MODES = ("none", "masked", "padded")
@@ -144,6 +146,8 @@ class _Gen:
     masks_used: bool = False
     split: set[str] = field(default_factory=set)  # variable vector extents already split full/remainder
     helpers: dict[str, str] = field(default_factory=dict)  # static functions the kernel calls (by name)
+    ws_base: str = "(float *)workspace"  # where pack buffers start (per thread under a parallel loop)
+    parallel: bool = False
 
     def __post_init__(self) -> None:
         # how each tensor (ABI order) is addressed here: itself, or the buffer of an enclosing Pack
@@ -191,6 +195,9 @@ class _Gen:
         if a.kind in PACK_KINDS:
             self.emit_pack(pos, env, binding)
             return
+        if a.kind in PAR_KINDS:
+            self.emit_parallel(pos, env, binding)
+            return
         d = a.dim
         base, extent = env[d]  # type: ignore[index]
         if a.kind == "lambda_seq":
@@ -237,6 +244,66 @@ class _Gen:
             return base
         return f"{base} + {value}"
 
+    # -- parallel loops (thesis §3.7): Tpar / Tfused -------------------------------------------------
+    def emit_parallel(self, pos: int, env: dict[str, tuple[str, int | str]], binding: dict[str, int]) -> None:
+        """The run of parallel atoms starting at ``pos`` (the scheme's outermost ones, by the legality
+        rules) as one OpenMP loop nest: zero-based rectangular counters collapsed together, the tile
+        indices derived from them inside the body, so each iteration is independent. Pack buffers below
+        get one workspace slice per thread."""
+        run = pos
+        while run < self.an.unroll_start and self.an.scheme[run].kind in PAR_KINDS:
+            run += 1
+        env = dict(env)
+        counters: list[tuple[str, int]] = []
+        derived: list[str] = []
+        for p in range(pos, run):
+            a = self.an.scheme[p]
+            d = a.dim
+            base, extent = env[d]  # type: ignore[index]
+            step = self.plan(p, binding).step
+            if not isinstance(extent, int) or extent % step:  # excluded by the rules (outermost, exact)
+                raise SchemeError("par-outermost", "a parallel loop needs a static extent", a, p)
+            if extent == step:
+                continue  # one iteration: no loop
+            v = self.fresh(d)  # type: ignore[arg-type]
+            q = f"q{len(counters)}_{v}"
+            counters.append((q, extent // step))
+            derived.append(f"const int {v} = {self._plus(base, f'{q} * {step}')};")
+            env[d] = (v, step)  # type: ignore[index]
+        if not counters:
+            self.emit(run, env, binding)
+            return
+        self.parallel = True
+        trips = math.prod(n for _, n in counters)
+        collapse = f" collapse({len(counters)})" if len(counters) > 1 else ""
+        pragma_at = len(self.lines)
+        self.line(f"#pragma omp parallel for{collapse} schedule(static)")
+        for q, n in counters:
+            self.line(f"for (int {q} = 0; {q} < {n}; {q}++)")
+        self.line("{")
+        self.depth += 1
+        for text in derived:
+            self.line(text)
+        ws_at, ws_start, outer_base = len(self.lines), self.workspace_floats, self.ws_base
+        self.line("")  # placeholder: this thread's workspace slice, if a pack below needs one
+        self.ws_base, self.workspace_floats = "ws_t", 0
+        self.emit(run, env, binding)
+        per_thread, self.ws_base = self.workspace_floats, outer_base
+        if per_thread:
+            # one slice per thread, never more threads than slices (the workspace size is fixed here)
+            cap = min(trips, MAX_THREAD_SLICES)
+            self.lines[pragma_at] += f" num_threads(MIN(omp_get_max_threads(), {cap}))"
+            self.lines[ws_at] = (
+                "  " * self.depth
+                + f"float *const ws_t = {outer_base} + {ws_start} + omp_get_thread_num() * {per_thread};"
+            )
+            self.workspace_floats = ws_start + cap * per_thread
+        else:
+            del self.lines[ws_at]
+            self.workspace_floats = ws_start
+        self.depth -= 1
+        self.line("}")
+
     # -- packing (thesis §3.6) -------------------------------------------------------------------
     def emit_pack(self, pos: int, env: dict[str, tuple[str, int | str]], binding: dict[str, int]) -> None:
         """Copy the tensor's footprint under ``pos`` into a workspace buffer (laid out in the PackT order),
@@ -268,7 +335,7 @@ class _Gen:
         total = buf_strides[0] * sizes[0]  # type: ignore[operator]
         self.line(f"{{  /* {a.text()}: {' x '.join(map(str, sizes))} floats */")
         self.depth += 1
-        self.line(f"float *restrict {buf} = (float *)workspace + {self.workspace_floats};")
+        self.line(f"float *restrict {buf} = {self.ws_base} + {self.workspace_floats};")
         self.workspace_floats += -(-total // 16) * 16  # type: ignore[operator]  # 64-byte aligned buffers
         bases = {d: b for d, (b, _) in env.items()}
         origin = {d: bases[d] for d in acc.dims()}
@@ -595,6 +662,7 @@ def generate(
         f"/* scheme   : {format_scheme(an.scheme, ascii_only=True)} */",
         f"/* target   : {target.name} ({target.lanes} lanes), fma={fma}, hoist={hoist} */",
         "#include <immintrin.h>",
+        *(["#include <omp.h>"] if gen.parallel else []),
         "#define MIN(a, b) ((a) < (b) ? (a) : (b))",
         "#define MAX(a, b) ((a) > (b) ? (a) : (b))",
         *([target.prelude] if gen.masks_used and target.prelude else []),
@@ -624,10 +692,11 @@ def render_scheme(candidate: Candidate, workload: Workload) -> KernelSource:
             raise
     an = analyze_for(candidate.text, padded, target, partial)
     code, workspace = generate(an, padded, target, hoist=hoist, fma=fma)
+    parallel = any(a.kind in PAR_KINDS for a in an.scheme)
     if padded is not workload:
         code, workspace = wrap_padded(code, workspace, workload, padded)
     # without FMA emission gcc would fuse the mul + add again (-ffp-contract=fast is its C default)
-    flags = () if fma else ("-ffp-contract=off",)
+    flags = (() if fma else ("-ffp-contract=off",)) + (("-fopenmp",) if parallel else ())
     return KernelSource(code=code, target=target.name, cflags=flags, workspace_bytes=workspace)
 
 

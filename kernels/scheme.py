@@ -19,13 +19,17 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from math import gcd
 
-LOOP_KINDS = ("R", "T", "Texct", "Tvar", "Texctg", "lambda_seq")
+PAR_KINDS = ("Tpar", "Tfused")  # parallel loops (OpenMP): T semantics, outermost only (thesis §3.7)
+LOOP_KINDS = ("R", "T", "Texct", "Tvar", "Texctg", "lambda_seq", *PAR_KINDS)
 UNROLL_KINDS = ("U", "Ul")
 VAR_KINDS = ("Texct", "Tvar", "Texctg")  # atoms that accept a variable extent
 PARTIAL_KINDS = ("U", "V")  # ... and, with partial microkernels, the microkernel's own atoms
-SIZED_KINDS = ("T", "U", "Texct", "Tvar", "Texctg")
+SIZED_KINDS = ("T", "U", "Texct", "Tvar", "Texctg", *PAR_KINDS)
+TILE_KINDS = ("T", "U", *PAR_KINDS)  # footprint = size x the tile below
 PACK_KINDS = ("Pack", "PackT")
-ALL_KINDS = ("R", "T", "U", "V", "Ul", "lambda_seq", "Texct", "Tvar", "Texctg", "ScalP", *PACK_KINDS)
+ALL_KINDS = (
+    "R", "T", "U", "V", "Ul", "lambda_seq", "Texct", "Tvar", "Texctg", "ScalP", *PACK_KINDS, *PAR_KINDS,
+)  # fmt: skip
 
 
 class SchemeError(ValueError):
@@ -63,9 +67,15 @@ class Atom:
     seq: tuple[tuple[int, int], ...] = ()  # λ_seq: (repetitions, unroll factor) pairs
     dims: tuple[str, ...] = ()  # ScalP; PackT (the buffer's dimension order, innermost last)
     tensor: str | None = None  # Pack, PackT
+    # Tfused_[(d1,a1),(d2,a2)...] is held as one atom per pair (kind Tfused, dim d_k, size a_k), so every
+    # per-dimension rule sees it; ``fused`` is the whole pair list and ``part`` the pair's index in it
+    fused: tuple[tuple[str, int], ...] = ()
+    part: int = 0
 
     def text(self, ascii_only: bool = False) -> str:
         lam = "lambda" if ascii_only else "λ"
+        if self.kind == "Tfused":
+            return "Tfused_[" + ",".join(f"({d},{a})" for d, a in self.fused) + "]"
         if self.kind in ("R", "V"):
             return f"{self.kind}_{self.dim}"
         if self.kind == "Ul":
@@ -92,6 +102,26 @@ _LAMBDA = re.compile(r"^(?:λ|lambda)_?seq\s*_\s*" + _NAME + r"\s*\.?\s*\[(.*)\]
 _PAIR = re.compile(r"\(\s*(-?\d+)\s*,\s*(-?\d+)\s*\)")
 _SCALP = re.compile(r"^(?:ScalP|Scalpromd)\s*\[(.*)\]$")
 _PACK = re.compile(r"^(PackT|Pack)\s*_\s*([A-Za-z][A-Za-z0-9]*)\s*(?:\[(.*)\])?$")
+_TPAR = re.compile(r"^Tpar\s*_\s*\{\s*(-?\d+)\s*,\s*" + _NAME + r"\s*\}$")
+_TFUSED = re.compile(r"^Tfused\s*_\s*\[(.*)\]$")
+_DIM_PAIR = re.compile(r"\(\s*" + _NAME + r"\s*,\s*(-?\d+)\s*\)")
+
+
+def fused_atoms(pairs: Sequence[tuple[str, int]]) -> tuple[Atom, ...]:
+    """The atoms of ``Tfused_[(d1,a1),...]``: one per pair, each carrying the whole list."""
+    fused = tuple((str(d), int(a)) for d, a in pairs)
+    return tuple(Atom("Tfused", d, a, fused=fused, part=k) for k, (d, a) in enumerate(fused))
+
+
+def expand(atoms: Iterable[Atom]) -> tuple[Atom, ...]:
+    """Atoms with every Tfused given as its first pair only (as written in a YAML list) completed."""
+    out: list[Atom] = []
+    for a in atoms:
+        if a.kind == "Tfused" and a.part == 0 and a.fused and len(a.fused) > 1:
+            out.extend(fused_atoms(a.fused))
+        else:
+            out.append(a)
+    return tuple(out)
 
 
 def _split_top(text: str) -> list[str]:
@@ -116,7 +146,17 @@ def _split_top(text: str) -> list[str]:
 
 
 def parse_atom(text: str) -> Atom:
+    """One atom; a ``Tfused_[...]`` gives its first pair's atom carrying the whole list (see expand)."""
     t = text.strip()
+    if m := _TPAR.match(t):
+        return Atom("Tpar", m.group(2), int(m.group(1)))
+    if m := _TFUSED.match(t):
+        body = m.group(1)
+        pairs = [(d, int(a)) for d, a in _DIM_PAIR.findall(body)]
+        rest = _DIM_PAIR.sub("", body).replace(",", "").replace(";", "").strip()
+        if rest or not pairs:
+            raise SchemeError("syntax", f"cannot read the Tfused list {body!r} (expected [(d,a),(d,a),...])")
+        return fused_atoms(pairs)[0]
     if m := _SIZED.match(t):
         return Atom(m.group(1), m.group(3), int(m.group(2)))
     if m := _PLAIN.match(t):
@@ -142,7 +182,8 @@ def parse_atom(text: str) -> Atom:
     raise SchemeError(
         "syntax",
         f"cannot read atom {t!r}; expected one of R_d, V_d, T_{{a,d}}, U_{{a,d}}, Uλ_d, "
-        "λ_seq_d.[(r,a),...], Texct_{a,d}, Tvar_{a,d}, Texctg_{a,d}, ScalP[d,...], Pack_X, PackT_X[d,...]",
+        "λ_seq_d.[(r,a),...], Texct_{a,d}, Tvar_{a,d}, Texctg_{a,d}, ScalP[d,...], Pack_X, PackT_X[d,...], "
+        "Tpar_{a,d}, Tfused_[(d,a),...]",
     )
 
 
@@ -155,6 +196,11 @@ def _atom_from_mapping(item: Mapping[str, object]) -> Atom:
     seq = tuple((int(r), int(a)) for r, a in item.get("seq", ()) or ())  # type: ignore[union-attr]
     dims = tuple(str(d) for d in item.get("dims", ()) or ())  # type: ignore[union-attr]
     dim, tensor = item.get("dim"), item.get("tensor")
+    if kind == "Tfused":  # {kind: Tfused, pairs: [[i, 2], [j, 3]]}
+        pairs = [(str(d), int(a)) for d, a in item.get("pairs", ()) or ()]  # type: ignore[union-attr]
+        if not pairs:
+            raise SchemeError("syntax", f"Tfused needs pairs: [[dim, size], ...] in {dict(item)!r}")
+        return fused_atoms(pairs)[0]
     return Atom(
         kind,
         None if dim is None else str(dim),
@@ -180,7 +226,7 @@ def parse_scheme(spec: str | Sequence[object]) -> Scheme:
             atoms.append(_atom_from_mapping(item) if isinstance(item, Mapping) else parse_atom(str(item)))
         except SchemeError as exc:
             raise SchemeError(exc.rule, exc.detail, None, pos) from None
-    return validate_atoms(tuple(atoms))
+    return validate_atoms(expand(atoms))
 
 
 def validate_atoms(atoms: Scheme) -> Scheme:
@@ -197,6 +243,8 @@ def validate_atoms(atoms: Scheme) -> Scheme:
             raise SchemeError("syntax", f"{a.kind} needs {missing}", a, pos)
         if a.kind in SIZED_KINDS and (not isinstance(a.size, int) or a.size < 1):
             raise SchemeError("positive-size", f"size must be a positive integer, got {a.size}", a, pos)
+        if a.kind == "Tfused" and len({d for d, _ in a.fused}) != len(a.fused):
+            raise SchemeError("syntax", "Tfused lists each dimension at most once", a, pos)
         if a.kind == "lambda_seq":
             if len(a.seq) < 2:
                 raise SchemeError(
@@ -207,13 +255,18 @@ def validate_atoms(atoms: Scheme) -> Scheme:
     return atoms
 
 
+def _written(scheme: Iterable[Atom]) -> list[Atom]:
+    """The atoms as written: a Tfused once (its first pair), not once per pair."""
+    return [a for a in scheme if not (a.kind == "Tfused" and a.part > 0)]
+
+
 def format_scheme(scheme: Iterable[Atom], ascii_only: bool = False) -> str:
-    return "[" + ", ".join(a.text(ascii_only) for a in scheme) + "]"
+    return "[" + ", ".join(a.text(ascii_only) for a in _written(scheme)) + "]"
 
 
 def scheme_to_yaml(scheme: Iterable[Atom]) -> list[str]:
     """The YAML list form: one atom string per item."""
-    return [a.text(ascii_only=True) for a in scheme]
+    return [a.text(ascii_only=True) for a in _written(scheme)]
 
 
 # -- legality and footprints -----------------------------------------------------------------------------
@@ -238,7 +291,7 @@ class Analysis:
         below = self.step(pos, binding)
         if a.kind == "V":
             return self.lanes
-        if a.kind in ("T", "U"):
+        if a.kind in TILE_KINDS:
             return a.size * below  # type: ignore[operator]
         if a.kind == "Ul":
             return binding[a.dim] * below  # type: ignore[index]
@@ -308,7 +361,7 @@ def analyze(
     sum such as ``h*2 + r``), so the rules need no operator import here.
     """
     if isinstance(spec, tuple) and all(isinstance(a, Atom) for a in spec):
-        scheme: Scheme = validate_atoms(spec)
+        scheme: Scheme = validate_atoms(expand(spec))
     else:
         scheme = parse_scheme(spec)  # type: ignore[arg-type]
     sizes = dict(sizes)
@@ -322,6 +375,8 @@ def analyze(
                 )
         if a.kind in PACK_KINDS:
             stride1 = _check_pack(a, pos, tensors, stride1)
+
+    _check_parallel(scheme, dims, output_dims)
 
     # V: once, innermost, stride-1 in every tensor it touches
     vpos = [p for p, a in enumerate(scheme) if a.kind == "V"]
@@ -426,6 +481,33 @@ def analyze(
     for binding in _lambda_bindings(scheme):
         _check_extents(analysis, dims, binding)
     return analysis
+
+
+def _check_parallel(scheme: Scheme, dims: Sequence[str], output_dims: Sequence[str]) -> None:
+    """Tpar / Tfused (thesis §3.7, §5.6): parallel loops form the outermost prefix of the scheme (nothing
+    but other parallel atoms above them, so no loop, pack or λ nest is shared between threads), and run
+    over output dimensions only (a parallel reduction would race on the output)."""
+    seen_serial: int | None = None
+    for pos, a in enumerate(scheme):
+        if a.kind not in PAR_KINDS:
+            seen_serial = pos if seen_serial is None else seen_serial
+            continue
+        if seen_serial is not None:
+            above = scheme[seen_serial]
+            raise SchemeError(
+                "par-outermost",
+                f"a parallel loop must be outermost: {above.text()} (position {seen_serial}) is above it; "
+                "only Tpar/Tfused atoms may be above a parallel atom",
+                a,
+                pos,
+            )
+        if a.dim not in output_dims and a.dim in dims:
+            raise SchemeError(
+                "par-reduction",
+                f"{a.dim} is a reduction dimension: a parallel loop on it would race on the output",
+                a,
+                pos,
+            )
 
 
 def _check_extents(an: Analysis, dims: Sequence[str], binding: Mapping[str, int]) -> None:

@@ -196,3 +196,57 @@ def test_hot_warm_up_lasts_at_least_warmup_seconds(cache: Path) -> None:
     res = _run(counting, cache, timing=timing)
     assert res.status == "ok", res.reason
     assert time.monotonic() - start >= 0.3  # the driver kept calling the kernel for 0.3 s
+
+
+# -- threads: a parallel (OpenMP) kernel runs on as many cores as asked, a serial one on one -------------
+OMP_PROBE = """
+#include <omp.h>
+#include <sched.h>
+int kernel(float *const *t, void *ws) {
+    (void)ws;
+    /* out[0]: threads of a parallel region; out[1 + n]: the CPU thread n ran on */
+    #pragma omp parallel
+    {
+        #pragma omp single
+        t[0][0] = (float)omp_get_num_threads();
+        t[0][1 + omp_get_thread_num() % 15] = (float)sched_getcpu();
+    }
+    return 0;
+}
+"""
+
+
+def _omp_so(cache: Path) -> Path:
+    res = build(KernelSource(OMP_PROBE, "any", cflags=("-fopenmp",)), CompilerConfig(), cache)
+    assert res.ok and res.so_path is not None, res.error
+    return res.so_path
+
+
+def test_serial_runs_keep_their_single_core_pinning(cache: Path) -> None:
+    probe = [np.full(16, -1, np.float32)]
+    res = run_kernel(_omp_so(cache), probe, 0, TimingConfig(**FAST), (), workdir=cache)
+    assert res.status == "ok", res.reason
+    assert res.threads == 1 and res.cpus == [run_mod.default_cpu()]
+    assert res.output is not None and res.output[0] == 1 and res.output[1] == run_mod.default_cpu()
+
+
+def test_parallel_runs_use_the_cores_asked_for(cache: Path) -> None:
+    import os
+
+    n = len(os.sched_getaffinity(0))
+    if n < 2:
+        pytest.skip(f"this process may use {n} CPU: no parallel run possible")
+    timing = TimingConfig(**FAST, threads=2)
+    res = run_kernel(_omp_so(cache), [np.full(16, -1, np.float32)], 0, timing, (), workdir=cache)
+    assert res.status == "ok", res.reason
+    assert res.threads == 2 and res.cpus == run_mod.cpus_for(timing) and len(res.cpus) == 2
+    assert res.output is not None and res.output[0] == 2
+    assert set(res.output[1:3].astype(int)) == set(res.cpus)  # one thread bound to each CPU of the set
+
+
+def test_too_many_threads_is_an_error(cache: Path) -> None:
+    import os
+
+    timing = TimingConfig(**FAST, threads=len(os.sched_getaffinity(0)) + 1)
+    res = run_kernel(_omp_so(cache), [np.zeros(16, np.float32)], 0, timing, (), workdir=cache)
+    assert res.status == "error" and "threads" in res.reason

@@ -186,7 +186,8 @@ int main(int argc, char **argv) {
     const char *lib = NULL, *out = NULL, *mode = "hot", *cold_method = "clflushopt", *counters = "";
     char *files[MAX_TENSORS];
     size_t nfloats[MAX_TENSORS];
-    int n_tensors = 0, cpu = -1;
+    int n_tensors = 0, cpu = -1, threads = 1;
+    const char *cpus = NULL; /* comma-separated CPU list for a parallel kernel (overrides --cpu) */
     size_t ws_bytes = 0, align = 1024, flush_bytes = 64u << 20;
     long warmup = 3, min_reps = 5, max_reps = 50;
     double rel_ci = 0.02, max_seconds = 5.0, warmup_seconds = 0.0;
@@ -217,6 +218,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--max-seconds")) max_seconds = atof(v);
         else if (!strcmp(a, "--counters")) counters = v;
         else if (!strcmp(a, "--cpu")) cpu = atoi(v);
+        else if (!strcmp(a, "--cpus")) cpus = v;
+        else if (!strcmp(a, "--threads")) threads = atoi(v);
         else fail("error", 2, "unknown argument %s", a);
     }
     if (!lib || !out || n_tensors == 0) fail("error", 2, "%s", "--lib, --out and at least one --tensor are required");
@@ -225,12 +228,31 @@ int main(int argc, char **argv) {
     if (!cold && strcmp(mode, "hot")) fail("error", 2, "unknown --mode %s", mode);
     if (max_reps < 1) max_reps = 1;
 
-    if (cpu >= 0) {
+    if (threads < 1) fail("error", 2, "--threads must be >= 1, got %d", threads);
+    if (cpus || cpu >= 0) {
+        /* a serial kernel is pinned to one core; a parallel one to the set it asked for */
         cpu_set_t set;
         CPU_ZERO(&set);
-        CPU_SET(cpu, &set);
+        if (cpus) {
+            char list[1024], *save = NULL;
+            snprintf(list, sizeof list, "%s", cpus);
+            for (char *tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+                int c = atoi(tok);
+                if (c < 0 || c >= CPU_SETSIZE) fail("error", 2, "bad CPU in --cpus: %s", tok);
+                CPU_SET(c, &set);
+            }
+        } else {
+            CPU_SET(cpu, &set);
+        }
         if (sched_setaffinity(0, sizeof set, &set)) fail("error", 2, "sched_setaffinity: %s", strerror(errno));
     }
+    /* OpenMP kernels read this when libgomp initialises, i.e. at dlopen below */
+    char nthreads[32];
+    snprintf(nthreads, sizeof nthreads, "%d", threads);
+    setenv("OMP_NUM_THREADS", nthreads, 1);
+    cpu_set_t used;
+    CPU_ZERO(&used);
+    if (sched_getaffinity(0, sizeof used, &used)) fail("error", 2, "sched_getaffinity: %s", strerror(errno));
 
     float *tensors[MAX_TENSORS];
     for (int t = 0; t < n_tensors; t++) {
@@ -357,7 +379,10 @@ int main(int argc, char **argv) {
     }
     printf("},\"cold_method\":");
     json_str(method);
-    printf(",\"n_reps\":%ld}\n", n);
+    printf(",\"n_reps\":%ld,\"threads\":%d,\"cpus\":[", n, threads);
+    for (int c = 0, first = 1; c < CPU_SETSIZE; c++)
+        if (CPU_ISSET(c, &used)) printf(first ? "%d" : ",%d", c), first = 0;
+    printf("]}\n");
     fflush(stdout);
     return 0;
 }
