@@ -22,7 +22,7 @@ from harness.calibrate import calibrate, probe_peak
 from harness.check import CheckConfig, check_output, make_tensors
 from harness.run import RunLimits, TimingConfig, default_cpu, run_kernel
 from harness.sanity import CoreWatch, SanityConfig, drift_flags, row_flags
-from harness.search import Problem, SearchConfig, make_strategy
+from harness.search import Problem, SearchConfig, Strategy, make_strategy
 from kernels.baselines import BaselineUnavailable
 from kernels.candidate import Candidate, KernelSource, Workload, render
 from kernels.scheme import SchemeError
@@ -136,6 +136,7 @@ def run_experiment(
     """Measure every candidate not yet stored; returns the rows written (skipped ones are not re-run)."""
     m = machine or machine_mod.detect()
     say = progress or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    strategy = _make_search(exp, m) if exp.search is not None else None  # bad search input fails first
     peaks = calibrate(m, cache_dir=exp.cache_dir)
     todo: list[tuple[Candidate, str]] = []
     for cand in exp.candidates:
@@ -154,8 +155,8 @@ def run_experiment(
         for f in exp_flags:
             say(f"[{exp.name}] warning: {f}")
     tensors = make_tensors(exp.workload, exp.seed, exp.check)
-    if exp.search is not None:
-        return _run_search(exp, m, peaks, tensors, exp_flags, say, todo)
+    if strategy is not None:
+        return _run_search(exp, m, peaks, tensors, exp_flags, say, todo, strategy)
     return _measure_batch(exp, m, peaks, tensors, exp_flags, say, [c for c, _ in todo], time.monotonic())
 
 
@@ -235,6 +236,15 @@ def _selected_microkernels(exp: Experiment, m: machine_mod.Machine) -> list[dict
     return [dict(mk.size) for mk in mks] or None
 
 
+def _make_search(exp: Experiment, m: machine_mod.Machine) -> Strategy:
+    """The experiment's strategy on its problem (this machine's caches and selected microkernels)."""
+    assert exp.search is not None
+    caches = tuple(c for c in (m.cache_bytes(lv) for lv in (1, 2, 3)) if c)
+    problem = Problem(exp.workload, exp.space, exp.target, exp.base_options, list(exp.candidates),
+                      _selected_microkernels(exp, m), caches or Problem.caches)  # fmt: skip
+    return make_strategy(problem, exp.search)
+
+
 def _run_search(
     exp: Experiment,
     m: machine_mod.Machine,
@@ -243,15 +253,12 @@ def _run_search(
     exp_flags: list[str],
     say: Callable[[str], None],
     todo: list[tuple[Candidate, str]],
+    strategy: Strategy,
 ) -> list[dict[str, Any]]:
     """Ask the strategy for candidates within the budget; stored ones are told their stored performance
     (a resumed search continues where it stopped), new ones are measured in batches and told."""
     assert exp.search is not None
     cfg = exp.search
-    caches = tuple(c for c in (m.cache_bytes(lv) for lv in (1, 2, 3)) if c)
-    problem = Problem(exp.workload, exp.space, exp.target, exp.base_options, list(exp.candidates),
-                      _selected_microkernels(exp, m), caches or Problem.caches)  # fmt: skip
-    strategy = make_strategy(problem, cfg)
     stored = _stored_perf(exp, m)
     search_cols = {"search_strategy": cfg.strategy, "search_budget": cfg.budget, "search_seed": cfg.seed}
     start = time.monotonic()
