@@ -1,0 +1,280 @@
+"""The loop-permutation study (seed 004): simulate every loop order, time some, compare, analyse.
+
+Simulation rows (one per layer x order x cache configuration x threads x variant) are not timing rows:
+they go to ``<results>/permutations/sim/<experiment>/*.parquet`` (one file per layer, configuration,
+thread count and variant, written atomically, so a rerun skips what exists), each row carrying its
+provenance (cache configuration and its key, layout, cap, harness version, the machine that ran the
+simulation, timestamp, seed). Timings go through :func:`harness.experiment.run_experiment` like every
+other measurement (rows in the result store, checked against the reference before they count).
+
+Analyses follow the thesis: speedup(p, L) = best_L / metric(p, L) in (0, 1]; per order the average and
+the worst case over layers (Fig 4.7/4.8); oracle pairs (Fig 5.3); each layer's sorted speedups and the
+chance that n random orders contain a good one (Fig 5.4, hypergeometric); across cache configurations
+(Fig 5.1); and, for validation, Spearman's rank correlation between simulated cycles and measured time
+over the orders of each layer (scipy).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from harness import cachesim
+from kernels import permutations as perm
+
+SIM_DIR = "permutations/sim"
+
+
+def sim_dir(results: Path, experiment: str) -> Path:
+    return Path(results) / SIM_DIR / experiment
+
+
+def sim_file(
+    results: Path, experiment: str, layer: str, cfg: cachesim.CacheConfig, threads: int, partial_sums: bool,
+    layout: str, cap: int | None,
+) -> Path:  # fmt: skip
+    ps = "ps" if partial_sums else "nops"
+    return (
+        sim_dir(results, experiment)
+        / f"{layer}-{cfg.name}-{cfg.key}-t{threads}-{ps}-{layout}-cap{cap or 0}.parquet"
+    )
+
+
+def _write_atomic(df: pd.DataFrame, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
+    os.close(fd)
+    try:
+        df.to_parquet(tmp, index=False)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _sim_one(args: tuple[Any, ...]) -> dict[str, Any]:
+    order, sizes, cfg, threads, cap, layout, partial_sums, seed = args
+    nest = cachesim.ConvNest(tuple(order), sizes, layout=layout, partial_sums=partial_sums)
+    res = cachesim.simulate_nest(nest, cfg, threads=threads, cap=cap, seed=seed)
+    res["cycles_per_thread"] = json.dumps(res["cycles_per_thread"])
+    return res
+
+
+def simulate_layer(
+    layer: str,
+    sizes: Mapping[str, int],
+    cfg: cachesim.CacheConfig,
+    threads: int = 1,
+    cap: int | None = None,
+    layout: str = "harness",
+    partial_sums: bool = True,
+    orders: Sequence[perm.Order] | None = None,
+    seed: int = 0,
+    jobs: int = 1,
+    machine: Any = None,
+) -> pd.DataFrame:
+    """One row per order: counts, cycles, the order's thesis index and SJT position, provenance."""
+    from harness import machine as machine_mod
+    from harness.experiment import HARNESS_VERSION
+
+    orders = list(orders or perm.sjt())
+    sjt_pos = {o: k for k, o in enumerate(perm.sjt())}
+    work = [(o, dict(sizes), cfg, threads, cap, layout, partial_sums, seed) for o in orders]
+    if jobs > 1:
+        import multiprocessing as mp
+
+        with mp.get_context("fork").Pool(jobs) as pool:
+            results = pool.map(_sim_one, work, chunksize=8)
+    else:
+        results = [_sim_one(w) for w in work]
+    m = machine or machine_mod.detect()
+    stamp = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    rows = []
+    for o, res in zip(orders, results, strict=True):
+        rows.append({
+            "layer": layer, "sizes": json.dumps(dict(sizes), sort_keys=True),
+            "order": perm.order_text(o), "scheme": perm.scheme_text(o),
+            "perm_index": perm.order_index(o), "sjt_index": sjt_pos[o],
+            "outer": o[0], "cache": cfg.name, "cache_key": cfg.key, "cache_desc": cfg.describe(),
+            "threads": threads, "partial_sums": partial_sums, "layout": layout, "cap": cap or 0,
+            **res,
+            "seed": seed, "machine_fingerprint": m.fingerprint, "cpu_model": m.model_name,
+            "harness_version": HARNESS_VERSION, "timestamp": stamp,
+        })  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def run_simulations(
+    results: Path,
+    experiment: str,
+    layers: Mapping[str, Mapping[str, int]],
+    configs: Sequence[cachesim.CacheConfig],
+    threads: Sequence[int] = (1,),
+    cap: int | None = None,
+    layout: str = "harness",
+    partial_sums: bool = True,
+    jobs: int = 1,
+    say: Callable[[str], None] = print,
+) -> list[Path]:
+    """Simulate every order of every layer on every configuration and thread count; skip stored files."""
+    import time
+
+    paths = []
+    todo = [(n, s, c, t) for n, s in layers.items() for c in configs for t in threads]
+    start = time.monotonic()
+    for k, (name, sizes, cfg, t) in enumerate(todo, start=1):
+        path = sim_file(results, experiment, name, cfg, t, partial_sums, layout, cap)
+        paths.append(path)
+        if path.exists():
+            say(f"[{experiment}] {name} {cfg.name} t{t}: already simulated, skipped")
+            continue
+        df = simulate_layer(name, sizes, cfg, t, cap, layout, partial_sums, jobs=jobs)
+        _write_atomic(df, path)
+        elapsed = time.monotonic() - start
+        say(
+            f"[{experiment}] {k}/{len(todo)} {name} {cfg.name} t{t}: 720 orders simulated, cycles "
+            f"best/worst {df['cycles'].min():.3g}/{df['cycles'].max():.3g} (elapsed {elapsed:.0f}s)"
+        )
+    return paths
+
+
+def load_sim(results: Path, experiment: str | None = None) -> pd.DataFrame:
+    base = Path(results) / SIM_DIR
+    files = sorted((base / experiment if experiment else base).rglob("*.parquet")) if base.exists() else []
+    if not files:
+        return pd.DataFrame()
+    frames = []
+    for f in files:
+        df = pd.read_parquet(f)
+        df["experiment"] = f.parent.name
+        frames.append(df)
+    return pd.concat(frames, ignore_index=True)
+
+
+# -- timing through the standard pipeline ---------------------------------------------------------------
+def timed_experiment_name(experiment: str, layer: str) -> str:
+    return f"{experiment}-{layer}"
+
+
+def time_orders(
+    results: Path,
+    experiment: str,
+    layer: str,
+    sizes: Mapping[str, int],
+    orders: Sequence[perm.Order],
+    partial_sums: bool = True,
+    timing: Any = None,
+    target: str | None = None,
+    say: Callable[[str], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Time the orders' scheme kernels (checked first) and store rows as every study does."""
+    from harness import machine as machine_mod
+    from harness.experiment import Experiment, run_experiment
+    from harness.run import TimingConfig
+    from kernels.candidate import Workload
+
+    m = machine_mod.detect()
+    isa = target or ("avx2" if "avx2" in m.isas else m.best_isa or "avx2")
+    w = Workload.make(f"perm-{layer}", "conv2d", dict(sizes), stride=1)
+    cands = [perm.candidate(o, partial_sums, isa) for o in orders]
+    exp = Experiment(
+        timed_experiment_name(experiment, layer), w, cands,
+        timing=timing or TimingConfig(mode="hot", warmup=2, min_reps=5, max_reps=20, max_seconds=1.0),
+        results_dir=Path(results),
+    )  # fmt: skip
+    return run_experiment(exp, progress=say, machine=m)
+
+
+def timed_frame(summary: pd.DataFrame, experiment_prefix: str | None = None) -> pd.DataFrame:
+    """Timed permutation rows (status ok): layer, order, partial sums, median time, machine."""
+    if summary.empty or "label" not in summary:
+        return pd.DataFrame()
+    ok = summary[(summary["status"] == "ok") & summary["workload"].astype(str).str.startswith("perm-")]
+    if experiment_prefix:
+        ok = ok[ok["experiment"].astype(str).str.startswith(experiment_prefix)]
+    rows = []
+    for _, r in ok.iterrows():
+        # the label is the scheme text plus the options that differ from the defaults (hoist=False)
+        label = str(r["label"])
+        try:
+            o = perm.order_of_scheme(label[: label.index("]") + 1])
+        except (ValueError, perm.PermutationError):
+            continue
+        rows.append({
+            "layer": str(r["workload"]).removeprefix("perm-"), "order": perm.order_text(o),
+            "partial_sums": "hoist=False" not in label, "median_ns": float(r["median_ns"]),
+            "machine_fingerprint": r["machine_fingerprint"], "cpu_model": r["cpu_model"],
+            "experiment": r["experiment"],
+        })  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+# -- analyses -------------------------------------------------------------------------------------------
+def speedup_table(df: pd.DataFrame, metric: str = "cycles", by: str = "layer") -> pd.DataFrame:
+    """orders x layers (or other ``by``) of best / metric; lower metric is better."""
+    pivot = df.pivot_table(index="order", columns=by, values=metric, aggfunc="mean")
+    return pivot.min(axis=0) / pivot
+
+
+def winners(table: pd.DataFrame) -> dict[str, dict[str, Any]]:
+    """The top-average and top-worst-case orders (Fig 4.7/4.8)."""
+    avg, worst = table.mean(axis=1), table.min(axis=1)
+    a, w = avg.idxmax(), worst.idxmax()
+    return {
+        "top_average": {"order": a, "average": float(avg[a]), "worst": float(worst[a])},
+        "top_worst": {"order": w, "average": float(avg[w]), "worst": float(worst[w])},
+    }
+
+
+def best_pairs(table: pd.DataFrame) -> pd.DataFrame:
+    """Every pair of orders scored as an oracle choosing the better member per layer (Fig 5.3)."""
+    v = table.to_numpy()
+    names = list(table.index)
+    out_a, out_b, avg, worst = [], [], [], []
+    for p in range(len(names) - 1):
+        best = np.maximum(v[p][None, :], v[p + 1 :])
+        out_a += [names[p]] * len(best)
+        out_b += names[p + 1 :]
+        avg.append(best.mean(axis=1))
+        worst.append(best.min(axis=1))
+    return pd.DataFrame(
+        {"a": out_a, "b": out_b, "average": np.concatenate(avg), "worst": np.concatenate(worst)}
+    )
+
+
+def p_good_in_sample(n_good: int, n_total: int, n: int) -> float:
+    """Chance that n orders drawn without replacement contain at least one good one (hypergeometric)."""
+    from scipy.stats import hypergeom
+
+    return float(1.0 - hypergeom(n_total, n_good, n).pmf(0))
+
+
+def spearman_by_layer(sim: pd.DataFrame, timed: pd.DataFrame) -> pd.DataFrame:
+    """Spearman rank correlation of simulated cycles and measured median time over the orders timed,
+    per layer, cache configuration, variant and machine (threads = 1)."""
+    from scipy.stats import spearmanr
+
+    if sim.empty or timed.empty:
+        return pd.DataFrame()
+    s = sim[sim["threads"] == 1]
+    rows = []
+    for (layer, ps, fp), t in timed.groupby(["layer", "partial_sums", "machine_fingerprint"]):
+        for cache, sc in s[(s["layer"] == layer) & (s["partial_sums"] == ps)].groupby("cache"):
+            j = t.merge(sc[["order", "cycles"]].drop_duplicates("order"), on="order")
+            if len(j) < 3:
+                continue
+            rho, pval = spearmanr(j["cycles"], j["median_ns"])
+            rows.append({
+                "layer": layer, "partial_sums": ps, "cache": cache, "machine_fingerprint": fp,
+                "cpu_model": t["cpu_model"].iloc[0], "n_orders": len(j), "spearman": float(rho),
+                "p_value": float(pval),
+            })  # fmt: skip
+    return pd.DataFrame(rows)

@@ -1,0 +1,145 @@
+"""Loop permutations (seed 004): SJT order, orders as schemes of R atoms, correctness of the generated
+kernels on a tiny layer, the permutation option, and the study's analyses."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from harness import permstudy
+from harness.check import CheckConfig
+from kernels import permutations as perm
+from kernels.candidate import Workload
+from kernels.codegen import analyze_for, render_scheme
+from kernels.targets import get_target
+from tests.conftest import FAST_TIMING, HOST_TARGET, run_candidates
+
+TINY = {"k": 3, "c": 2, "h": 3, "w": 4, "r": 2, "s": 3}
+
+
+def test_sjt_adjacent_swaps_and_all_distinct() -> None:
+    orders = perm.sjt()
+    assert len(orders) == 720 and len(set(orders)) == 720
+    assert orders[0] == perm.LOOPS
+    for a, b in itertools.pairwise(orders):
+        diff = [k for k in range(6) if a[k] != b[k]]
+        assert (
+            len(diff) == 2 and diff[1] == diff[0] + 1 and (a[diff[0]], a[diff[1]]) == (b[diff[1]], b[diff[0]])
+        )
+
+
+def test_sjt_small_matches_the_textbook_sequence() -> None:
+    assert ["".join(p) for p in perm.sjt("123")] == ["123", "132", "312", "321", "231", "213"]
+
+
+def test_order_index_is_the_itertools_position() -> None:
+    for k, order in enumerate(perm.lexicographic()):
+        assert perm.order_index(order) == k
+    assert perm.order_of_scheme(perm.scheme_text(perm.THESIS_BEST_AVERAGE)) == perm.THESIS_BEST_AVERAGE
+
+
+def test_every_order_is_a_legal_scheme_of_r_atoms() -> None:
+    w = Workload.make("tiny", "conv2d", TINY)
+    target = get_target("avx2")
+    for order in perm.sjt():
+        an = analyze_for(perm.scheme_text(order), w, target)
+        assert [a.kind for a in an.scheme] == ["R"] * 6 and an.vector_dim is None
+
+
+def test_partial_sums_hoist_the_accumulator_out_of_the_reduction_run() -> None:
+    w = Workload.make("tiny", "conv2d", TINY)
+    base = perm.candidate(perm.LOOPS, partial_sums=True)
+    assert "output accumulators kept in registers" in render_scheme(base, w).code
+    plain = perm.candidate(perm.LOOPS, partial_sums=False)
+    assert "output accumulators kept in registers" not in render_scheme(plain, w).code
+
+
+def test_orders_compute_the_reference(tmp_path: Path, shared_cache: Path) -> None:
+    """12 orders spread along SJT, with and without partial sums, fully checked on a tiny layer."""
+    w = Workload.make("perm-tiny", "conv2d", TINY)
+    orders = perm.sjt()[::60]
+    cands = [perm.candidate(o, ps, HOST_TARGET) for o in orders for ps in (True, False)]
+    rows = run_candidates(cands, w, tmp_path, shared_cache, CheckConfig(full_below=10**6), FAST_TIMING)
+    assert len(rows) == 24
+    bad = [(r["candidate_text"], r["status"], r["reason"]) for r in rows if r["status"] != "ok"]
+    assert not bad
+    assert all(r["check_mode"] == "full" and r["check_passed"] for r in rows)
+
+
+@pytest.mark.slow
+def test_all_720_orders_compute_the_reference(tmp_path: Path, shared_cache: Path) -> None:
+    w = Workload.make("perm-tiny", "conv2d", TINY)
+    cands = [perm.candidate(o, True, HOST_TARGET) for o in perm.sjt()]
+    rows = run_candidates(cands, w, tmp_path, shared_cache, CheckConfig(full_below=10**6), FAST_TIMING)
+    assert all(r["status"] == "ok" for r in rows), [r["reason"] for r in rows if r["status"] != "ok"][:3]
+
+
+def test_permutation_option() -> None:
+    assert perm.select_orders("fixed") == [perm.LOOPS]
+    assert perm.select_orders("fixed", order="y,i,ky,o,x,kx") == [perm.THESIS_BEST_AVERAGE]
+    assert perm.select_orders("fixed", order="h c r k w s") == [perm.THESIS_BEST_AVERAGE]
+    assert len(perm.select_orders("searched")) == 720
+    sample = perm.select_orders("searched", sample=10, seed=3)
+    assert len(sample) == 10 and sample == perm.select_orders("searched", sample=10, seed=3)
+    assert perm.select_orders("best-average") == [perm.THESIS_BEST_AVERAGE]
+    ranking = {perm.LOOPS: 0.5, perm.THESIS_BEST_WORST: 0.9}
+    assert perm.select_orders("best-average", ranking=ranking) == [perm.THESIS_BEST_WORST]
+    with pytest.raises(perm.PermutationError, match="allowed: fixed, searched, best-average"):
+        perm.select_orders("random")
+    with pytest.raises(perm.PermutationError, match="not a permutation"):
+        perm.parse_order("o,i,y,x,ky")
+
+
+def test_layer_sets() -> None:
+    assert len(perm.layer_set("table4.1")) == 8
+    assert len(perm.layer_set("table4.2")) == 216
+    assert len(perm.layer_set("table4.3")) == 36
+    assert perm.layer_set("fire9-conv3x3-2")["fire9-conv3x3-2"] == {
+        "h": 13, "w": 13, "k": 256, "r": 3, "s": 3, "c": 64,
+    }  # fmt: skip
+    with pytest.raises(perm.PermutationError, match="unknown layer"):
+        perm.layer_set("resnet9000")
+
+
+def test_analyses_on_a_synthetic_table() -> None:
+    orders = [perm.order_text(o) for o in perm.sjt()[:4]]
+    df = pd.DataFrame({
+        "order": orders * 2, "layer": ["a"] * 4 + ["b"] * 4,
+        "cycles": [10, 20, 40, 12, 30, 15, 60, 16],
+    })  # fmt: skip
+    table = permstudy.speedup_table(df)
+    assert table.loc[orders[0], "a"] == 1.0 and table.loc[orders[1], "b"] == 1.0
+    w = permstudy.winners(table)
+    # averages: o0 (1 + .5)/2 = .75, o1 (.5 + 1)/2 = .75, o3 (10/12 + 15/16)/2 = .885
+    assert w["top_average"]["order"] == orders[3]
+    assert w["top_worst"]["order"] == orders[3]
+    pairs = permstudy.best_pairs(table)
+    assert len(pairs) == 6
+    top = pairs.sort_values("average").iloc[-1]
+    assert {top["a"], top["b"]} == {orders[0], orders[1]} and top["average"] == 1.0
+
+
+def test_hypergeometric_sampling_matches_the_thesis() -> None:
+    # §5.3.2: 80 good orders of 720; 10 draws -> > 68.3 %, 26 draws -> > 95.4 %
+    assert permstudy.p_good_in_sample(80, 720, 10) == pytest.approx(0.694, abs=1e-3)
+    assert permstudy.p_good_in_sample(80, 720, 26) == pytest.approx(0.9559, abs=1e-3)
+
+
+def test_simulation_ranks_and_stores(tmp_path: Path) -> None:
+    from harness import cachesim
+
+    cfg = cachesim.load_config("loki")
+    sizes = {"k": 4, "c": 4, "h": 4, "w": 4, "r": 3, "s": 3}
+    paths = permstudy.run_simulations(tmp_path, "t", {"small": sizes}, [cfg], say=lambda _m: None)
+    df = permstudy.load_sim(tmp_path, "t")
+    assert len(df) == 720 and paths[0].exists()
+    assert sorted(df["sjt_index"]) == list(range(720)) and df["cycles"].gt(0).all()
+    assert np.isfinite(df["cycles"]).all() and df["cycles"].nunique() > 10
+    # a rerun skips the stored file
+    msgs: list[str] = []
+    permstudy.run_simulations(tmp_path, "t", {"small": sizes}, [cfg], say=msgs.append)
+    assert "skipped" in msgs[0]
