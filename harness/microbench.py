@@ -10,6 +10,15 @@ stored row), so a wrong kernel is never selected and a rerun reuses the rows alr
 Selection keeps the microkernels whose median time reaches ``threshold`` % of the calibrated peak
 (85 by default, as the thesis). The measured set and the selection are stored per machine (fingerprint),
 ISA and operator as JSON in the cache directory, for search strategies to reuse (:func:`load_selected`).
+
+The cost of a selection is part of the result (issue 4: "enumeration + selection wall time on 2 cores"):
+``harness microkernels`` times the enumeration, the benchmark (its parallel compilation apart) and the
+selection, notes the CPUs used and how many rows were reused from an earlier run (their cost is not in
+this run's time), and appends the record to the selection file's ``wall_time`` list
+(:func:`record_wall_time`, :func:`wall_times`; shown by reports/fig_microkernels.py).
+
+``BenchConfig.experiment``/``hoist``/``fma`` and the compiler let other studies measure the same
+microkernels the same way under other code-generation or compiler settings (harness compiler-study).
 """
 
 from __future__ import annotations

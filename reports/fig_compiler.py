@@ -153,7 +153,8 @@ def plot(data: pd.DataFrame, title: str) -> plt.Figure:
         ax.text(len(order) - 0.5, value, f" thesis {text}", va="center", fontsize=7, color="#666")
     ax.set(xlabel="", ylabel="% of calibrated peak (median; bars: 95% CI)", ylim=(0, 110), title=title)
     ax.tick_params(axis="x", labelsize=7)
-    ax.legend(title="microkernel", fontsize=7, title_fontsize=7, loc="lower left", ncol=2)
+    ax.legend(title="microkernel", fontsize=7, title_fontsize=7, loc="upper center",
+              bbox_to_anchor=(0.5, -0.2), ncol=min(4, len(kernels)))  # fmt: skip
     fig.tight_layout()
     return fig
 

@@ -196,11 +196,20 @@ def run_study(
 
 def table(frame: pd.DataFrame) -> pd.DataFrame:
     """Per configuration: median, min and max over microkernels of their median % of peak."""
-    ok = frame[frame["status"] == "ok"].assign(pct=lambda f: pd.to_numeric(f["pct_peak_median"]))
+    ok = frame[frame["status"] == "ok"].assign(
+        pct=lambda f: pd.to_numeric(f["pct_peak_median"]), flagged=lambda f: f["busy"] | f["drift"]
+    )
     keys = ["cc", "opt", "fma", "hoist"]
-    out = ok.groupby(keys, sort=False)["pct"].agg(["count", "median", "min", "max"]).reset_index()
+    out = ok.groupby(keys, sort=False).agg(
+        count=("pct", "count"), median=("pct", "median"), min=("pct", "min"), max=("pct", "max"),
+        flagged=("flagged", "sum"),  # busy core / peak drift: numbers taken on a loaded machine
+    ).reset_index()  # fmt: skip
     failed = frame[frame["status"] != "ok"].groupby(keys, sort=False).size().rename("failed")
-    return out.merge(failed.reset_index(), on=keys, how="left").fillna({"failed": 0})
+    out = out.merge(failed.reset_index(), on=keys, how="outer").fillna(
+        {"failed": 0, "count": 0, "flagged": 0}
+    )
+    out = out.astype({"failed": int, "flagged": int, "count": int})
+    return out.sort_values(keys, ascending=[True, True, False, False]).reset_index(drop=True)
 
 
 def _say(msg: str) -> None:
