@@ -38,6 +38,9 @@ SUMMARY_COLUMNS: list[str] = [
     "status",
     "reason",
     "flags",
+    "candidate_text",
+    "search_strategy",
+    "search_runs",
     "n_rows",
     "n_reps",
     "flops",
@@ -116,6 +119,19 @@ def _flags(rows: pd.DataFrame) -> list[str]:
     return list(out)
 
 
+def _search_runs(rows: pd.DataFrame) -> str:
+    """JSON list of [search seed, proposal index] of a unit's rows: which search run proposed the candidate
+    and when (the summary pools seeds, so a convergence curve needs this to replay each run)."""
+    if "search_index" not in rows:
+        return "[]"
+    pairs = {
+        (int(seed), int(idx))
+        for seed, idx in zip(rows["search_seed"], rows["search_index"], strict=True)
+        if not pd.isna(idx) and not pd.isna(seed)
+    }
+    return json.dumps(sorted(pairs))
+
+
 def _first(series: pd.Series) -> object:
     s = series.dropna()
     return s.iloc[0] if len(s) else None
@@ -147,6 +163,9 @@ def summarize(df: pd.DataFrame) -> pd.DataFrame:
             status=status,
             reason=reason,
             flags="; ".join(_flags(rows)),
+            candidate_text=_first(rows["candidate_text"]) if "candidate_text" in rows else None,
+            search_strategy=_first(rows["search_strategy"]) if "search_strategy" in rows else None,
+            search_runs=_search_runs(rows),
             n_rows=len(rows),
             flops=flops,
             peak_gflops=peak,

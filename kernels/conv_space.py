@@ -393,8 +393,9 @@ def free_chain(d: str, D: int, sizes: Sequence[int]) -> list[str]:
 def sample_levels(ctx: Context, rng: random.Random) -> tuple[str, Plan]:
     """§6.5: per dimension a number of levels uniform in [1, max_levels]; divisible decompositions
     (a uniform ordered factorization) or, with ``divisibility=free``, sorted free sizes; the levels are
-    then interleaved by uniform pops (each step pops the innermost level left of a uniformly chosen
-    dimension), which gives the permutation."""
+    then interleaved by uniform pops (each step pops one of the remaining (dimension, size) elements
+    uniformly, so a dimension is chosen in proportion to its levels left; on a dimension the sizes are
+    placed in their order, inner first), which gives the permutation."""
     plan = rng.choice(ctx.plans)
     rem = ctx.remaining(plan)
     whole = ctx.whole_atoms(plan)
@@ -418,8 +419,8 @@ def sample_levels(ctx: Context, rng: random.Random) -> tuple[str, Plan]:
         factors = rng.choice(options)  # inner first
         stacks[d] = [f"T_{{{q},{d}}}" for q in factors]
     inner_first: list[tuple[str, str]] = []
-    while stacks:
-        d = rng.choice(sorted(stacks))
+    while stacks:  # pop one of the remaining (dimension, size) elements uniformly
+        d = rng.choice([e for e in sorted(stacks) for _ in stacks[e]])
         inner_first.append((d, stacks[d].pop(0)))
         if not stacks[d]:
             del stacks[d]
