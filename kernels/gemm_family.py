@@ -42,6 +42,7 @@ from kernels.gemm_model import ROLES, Blocking, blocking, levels, register_tile
 
 VARIANTS: tuple[str, ...] = ("B3A2C0", "A3B2C0", "B3C2A0", "A3C2B0", "C3A2B0", "C3B2A0")
 PACKINGS: tuple[str, ...] = ("both", "A", "B", "none")  # Fig 19 (resident C variants)
+STAGES: tuple[str, ...] = ("basic", "blocked", "packed", "ukernel", "optimized")  # Fig 13
 OPTIONS: dict[str, Any] = {"partial": "masked"}  # every family scheme takes remainders in its microkernel
 
 
@@ -94,12 +95,29 @@ def microkernels(variant: str, target: str, max_mr: int = 16, max_vectors: int =
     ]
 
 
-def variant_scheme(variant: str, p: Params, lanes: int, pack: str = "both") -> str:
+def variant_scheme(variant: str, p: Params, lanes: int, pack: str = "both", stage: str = "optimized") -> str:
     """The scheme of ``variant`` with blocks (mc, nc, kc) and register tile (mr, nr, kr).
 
     ``pack`` (resident C variants only, Fig 19): which of A and B are packed ("both", "A", "B", "none").
+    ``stage`` (resident C variants only, Fig 13): the paper's generator ladder (§5-6, Figs 5-9):
+    ``basic`` (three loops i, j, k), ``blocked`` (the five block loops, scalar inner loops, no packing),
+    ``packed`` (+ packing), ``ukernel`` (+ the mr x nr micro-tile, unrolled but scalar) and ``optimized``
+    (+ vectorization: the variant's scheme). TVM's "prefetch" (cache_read) has no counterpart here.
     """
     res = resident(variant)
+    if stage not in STAGES:
+        raise ValueError(f"stage={stage!r}; allowed: {', '.join(STAGES)}")
+    if stage != "optimized" and res != "C":
+        raise ValueError(f"stage={stage} applies to the resident-C variants, not {variant}")
+    if stage == "basic":
+        return "[R_i, R_j, R_k]"
+    if stage in ("blocked", "packed", "ukernel"):
+        scheme = variant_scheme(variant, p, lanes, pack if stage != "blocked" else "none")
+        atoms = scheme.strip("[]").split(", ")
+        cut = next(n for n, a in enumerate(atoms) if a.startswith("U_"))
+        if stage == "ukernel":  # the micro-tile unrolled, scalar (nr elements instead of nr/L vectors)
+            return "[" + ", ".join([*atoms[:cut], f"U_{{{p.mr},i}}", f"U_{{{p.nr},j}}"]) + "]"
+        return "[" + ", ".join(atoms[:cut]) + "]"  # Tvar loops down to single elements
     if pack not in PACKINGS:
         raise ValueError(f"pack={pack!r}; allowed: {', '.join(PACKINGS)}")
     if pack != "both" and res != "C":
@@ -158,6 +176,19 @@ def variant_scheme(variant: str, p: Params, lanes: int, pack: str = "both") -> s
     return "[" + ", ".join(atoms) + "]"
 
 
+def microkernel_scheme(res: str, mr: int, nr: int, kr: int, stream: int, lanes: int) -> str:
+    """The microkernel of a resident-``res`` variant alone, on a workload of one register tile streamed
+    ``stream`` times (resident C: (mr, nr, stream=k); resident A: (mr, stream=n, kr); resident B:
+    (stream=m, nr, kr)): the innermost part of :func:`variant_scheme`, for testing it in isolation."""
+    if res == "C":
+        return f"[T_{{{stream},k}}, U_{{{mr},i}}, U_{{{nr // lanes},j}}, V_j]"
+    if res == "B":
+        return f"[T_{{{stream},i}}, U_{{{kr},k}}, U_{{{nr // lanes},j}}, V_j]"
+    if res == "A":
+        return f"[PackT_C[j,i], PackT_A[k,i], T_{{{stream},j}}, U_{{{kr},k}}, U_{{{mr // lanes},i}}, V_i]"
+    raise ValueError(f"resident must be C, A or B, not {res!r}")
+
+
 def model_params(
     variant: str, target: str, sizes: Mapping[str, int], mr: int, nr: int, kr: int
 ) -> tuple[Params, Blocking]:
@@ -179,10 +210,12 @@ def space_entry(entry: Mapping[str, Any], workload: Workload, target: str) -> li
       (every (mr, nr) the registers hold) or a list of ``[mr, nr]`` pairs instead (Fig 16);
     - ``mc``, ``nc``, ``kc``: blocks (default: the cache model for this machine); a list sweeps them;
     - ``scale``: ``{mc: [0.5, 1, 2], ...}`` multiplies the model's blocks (the sweep around the model);
-    - ``pack``: ``both`` (default), ``A``, ``B``, ``none`` or a list (Fig 19, resident C variants).
+    - ``pack``: ``both`` (default), ``A``, ``B``, ``none`` or a list (Fig 19, resident C variants);
+    - ``stage``: ``optimized`` (default) or a list of :data:`STAGES` (Fig 13's generator ladder).
     """
     if workload.op.name != "matmul":
         raise ValueError(f"gemm_variant entries need the matmul operator, not {workload.op.name}")
+    entry = {key: v for key, v in entry.items() if v is not None}  # null (a config's default) = absent
     names = _as_list(entry["gemm_variant"])
     variants = list(VARIANTS) if names == ["all"] else [str(v) for v in names]
     lanes = vector_lanes(target)
@@ -201,7 +234,8 @@ def space_entry(entry: Mapping[str, Any], workload: Workload, target: str) -> li
                     _as_list(entry.get("kr", dkr)),
                 )
             )
-        for (mr, nr, kr), pack in product(tiles3, _as_list(entry.get("pack", "both"))):
+        stages = _as_list(entry.get("stage", "optimized"))
+        for (mr, nr, kr), pack, stage in product(tiles3, _as_list(entry.get("pack", "both")), stages):
             base, _ = model_params(variant, target, workload.size, int(mr), int(nr), int(kr))
             scale = entry.get("scale") or {}
             blocks = {}
@@ -214,11 +248,16 @@ def space_entry(entry: Mapping[str, Any], workload: Workload, target: str) -> li
                 step, dim = steps[key[0]], workload.size[d]
                 factors = _as_list(scale.get(key, 1))
                 blocks[key] = sorted(
-                    {min(dim, max(step, round(getattr(base, key) * f / step) * step)) for f in factors}
+                    {
+                        min(-(-dim // step) * step, max(step, round(getattr(base, key) * f / step) * step))
+                        for f in factors
+                    }
                 )
             for mc, nc, kc in product(blocks["mc"], blocks["nc"], blocks["kc"]):
                 p = Params(mc, nc, kc, int(mr), int(nr), int(kr))
-                out.append((variant_scheme(variant, p, lanes, str(pack)), dict(OPTIONS)))
+                text = variant_scheme(variant, p, lanes, str(pack), str(stage))
+                if all(text != t for t, _ in out):  # "basic" ignores the blocks: once
+                    out.append((text, dict(OPTIONS)))
     return out
 
 
@@ -235,3 +274,47 @@ def roles_table() -> dict[str, dict[str, str]]:
         }
         for v in VARIANTS
     }
+
+
+def identify(text: str, lanes: int) -> dict[str, Any] | None:
+    """Which family member, parameters, packing and stage a scheme text is (None if it is none of them):
+    the inverse of :func:`variant_scheme`, found by regenerating the candidates and comparing canonical
+    texts (reports read results back from their labels this way)."""
+    import re
+
+    from kernels.scheme import format_scheme, parse_scheme
+
+    def canon(t: str) -> str:
+        return format_scheme(parse_scheme(t))
+
+    try:
+        target = canon(text)
+    except ValueError:
+        return None
+    if target == canon("[R_i, R_j, R_k]"):
+        return {"variant": "B3A2C0", "stage": "basic", "pack": "none"}
+    blocks = {d: int(b) for b, d in re.findall(r"Texct_\{(\d+),(\w)\}", target)}
+    unrolls = [(int(n), d) for n, d in re.findall(r"U_\{(\d+),(\w)\}", target)]
+    if set(blocks) != {"i", "j", "k"}:
+        return None
+    u = dict((d, n) for n, d in unrolls)
+    vec = 1 if "V_" not in target else lanes
+    guesses = [
+        (u.get("i", 1), u.get("j", 1) * vec, 1),  # resident C (ukernel stage: scalar, vec = 1)
+        (1, u.get("j", 1) * vec, u.get("k", 1)),  # resident B
+        (u.get("i", 1) * vec, 1, u.get("k", 1)),  # resident A
+    ]
+    for variant, pack, stage in product(VARIANTS, PACKINGS, STAGES):
+        if (pack != "both" or stage != "optimized") and resident(variant) != "C":
+            continue
+        if stage == "blocked" and pack != "none":  # "blocked" packs nothing whatever pack says
+            continue
+        for mr, nr, kr in guesses:
+            p = Params(blocks["i"], blocks["j"], blocks["k"], max(mr, 1), max(nr, lanes), max(kr, 1))
+            try:
+                candidate = variant_scheme(variant, p, lanes, pack, stage)
+            except ValueError:
+                continue
+            if canon(candidate) == target:
+                return {"variant": variant, "pack": pack, "stage": stage, **vars(p)}
+    return None

@@ -118,6 +118,10 @@ def register_tile(variant: str, mr: int, nr: int, kr: int) -> dict[str, int]:
     }[resident]
 
 
+def _round_up(x: int, step: int) -> int:
+    return -(-x // step) * step
+
+
 def _round_down(x: int, step: int) -> int:
     return max(step, x // step * step)
 
@@ -133,8 +137,9 @@ def blocking(
 ) -> Blocking:
     """(mc, nc, kc) of ``variant`` for an (mr, nr, kr) register tile (Low et al. 2016, module docstring).
 
-    ``sizes`` ({"m", "n", "k"}) clips the blocks to the problem (a block larger than its dimension is the
-    whole dimension; the microkernel takes the remainder). kr only matters for resident A/B.
+    ``sizes`` ({"m", "n", "k"}) clips the blocks to the problem, rounded up to the register tile (block
+    sizes stay whole tiles, the scheme language's granularity rule; the microkernel masks the excess).
+    kr only matters for resident A/B.
     """
     if variant not in ROLES:
         raise ValueError(f"unknown GEMM variant {variant!r}; known: {', '.join(ROLES)}")
@@ -145,7 +150,10 @@ def blocking(
     a, b = tile[r.a], tile[r.b]
     # L1: the a-panel gets C_1 ways, the b-panel (b/a times larger) the rest but one (Low et al. §4.2)
     c1 = max(1, (l1.ways - 1) * a // (a + b))  # floor((W-1) / (1 + b/a)) in integers
-    stream = _round_down(c1 * l1.way_bytes // (a * s), tile[r.stream])
+    # When b/a is so large that the formula gives 0 ways (a 4-way L1 with a 4 x 16 tile), the a-panel
+    # keeps one way and the b-panel's ways (at least one) cap the stream instead: Table 2's Max% column.
+    cb = max(1, l1.ways - 1 - c1)
+    stream = _round_down(min(c1 * l1.way_bytes // (a * s), cb * l1.way_bytes // (b * s)), tile[r.stream])
     # L2: the L2 block (l2 x stream) beside one b-panel (stream x b)
     c2 = max(1, l2.ways - 1 - l2.ways_for(stream * b * s))
     d2 = _round_down(c2 * l2.way_bytes // (stream * s), tile[r.l2])
@@ -155,8 +163,16 @@ def blocking(
     block = {r.stream: stream, r.l2: d2, r.l3: d3}
     unclipped = {f"{d}c": v for d, v in block.items()}
     if sizes is not None:
-        block = {d: min(v, sizes[d]) for d, v in block.items()}
+        block = {d: min(v, _round_up(sizes[d], tile[d])) for d, v in block.items()}
     return Blocking(block["m"], block["n"], block["k"], c1, c2, c3, unclipped)
+
+
+def l1_max_pct(l1: Level, a: int, b: int) -> float:
+    """The model's ceiling for the b-panel's share of L1 (Table 2's "Max%" column): the ways left to it,
+    ``min(W1 - 1 - C_1, ceil(C_1 * b / a))`` out of W1 ([derived] in the notes: reproduces all 16 rows of
+    Table 2 with Carmel's 4-way L1)."""
+    c1 = max(1, (l1.ways - 1) * a // (a + b))
+    return 100.0 * min(l1.ways - 1 - c1, math.ceil(c1 * b / a)) / l1.ways
 
 
 def occupancy(

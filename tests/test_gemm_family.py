@@ -1,0 +1,266 @@
+"""Seed 002's GEMM family: each variant's scheme computes C += A B on odd shapes, the microkernels agree
+with numpy, the cache model satisfies its own constraints (and the paper's Table 2), the configs compose."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from pathlib import Path
+
+import pytest
+
+from harness.check import CheckConfig
+from harness.machine import Cache, detect, register_count, vector_lanes
+from kernels.candidate import Workload
+from kernels.gemm_family import (
+    PACKINGS,
+    STAGES,
+    VARIANTS,
+    Params,
+    default_tile,
+    identify,
+    microkernel_scheme,
+    microkernels,
+    registers_needed,
+    resident,
+    space_entry,
+    variant_scheme,
+)
+from kernels.gemm_model import ROLES, Level, blocking, l1_max_pct, levels, occupancy
+from kernels.gemm_workloads import CONF, all_configs, resnet50_types
+from tests.conftest import HOST_TARGET, run_candidates, scheme
+
+FULL = CheckConfig(full_below=10**9)  # every output point against numpy's float64 product
+LANES = vector_lanes(HOST_TARGET)
+
+
+def mm(i: int, j: int, k: int) -> Workload:
+    return Workload.make(f"mm{i}x{j}x{k}", "matmul", {"i": i, "j": j, "k": k})
+
+
+def assert_ok(texts: list[str], w: Workload, tmp_path: Path, cache: Path) -> None:
+    rows = run_candidates([scheme(t, partial="masked") for t in texts], w, tmp_path, cache, FULL)
+    for row in rows:
+        assert row["status"] == "ok", (row["label"], row["reason"][:400])
+        assert row["check_mode"] == "full" and row["check_passed"] is True
+
+
+def small_params(variant: str) -> Params:
+    """Blocks of a few register tiles, so every loop level has whole and partial blocks."""
+    if resident(variant) == "C":
+        return Params(mc=9, nc=2 * LANES, kc=7, mr=3, nr=LANES)
+    if resident(variant) == "A":
+        return Params(mc=2 * LANES, nc=5, kc=6, mr=LANES, nr=LANES, kr=3)
+    return Params(mc=5, nc=2 * LANES, kc=6, mr=1, nr=LANES, kr=3)
+
+
+# -- every variant computes the product ------------------------------------------------------------------
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_variant_scheme_computes_the_product_on_odd_shapes(
+    variant: str, tmp_path: Path, shared_cache: Path
+) -> None:
+    rng = random.Random(f"gemm-{variant}")
+    text = variant_scheme(variant, small_params(variant), LANES)
+    for n in range(1):  # random sizes that no block or register tile divides
+        i, j, k = rng.randint(11, 29), rng.randint(2 * LANES + 1, 3 * LANES + 5), rng.randint(8, 23)
+        assert_ok([text], mm(i, j, k), tmp_path / str(n), shared_cache)
+
+
+def test_model_blocks_compute_the_product(tmp_path: Path, shared_cache: Path) -> None:
+    """The space entry's schemes (model blocks, clipped to a small problem) for every variant."""
+    w = mm(23, 3 * LANES + 3, 19)
+    entries = space_entry({"gemm_variant": "all"}, w, HOST_TARGET)
+    texts = [t for t, opts in entries if opts == {"partial": "masked"}]
+    assert len(texts) == len(VARIANTS)
+    assert_ok(texts, w, tmp_path, shared_cache)
+
+
+def test_packings_and_generator_stages_compute_the_product(tmp_path: Path, shared_cache: Path) -> None:
+    p = small_params("B3A2C0")
+    texts = {
+        variant_scheme(v, p, LANES, pack, "optimized") for v in ("B3A2C0", "A3B2C0") for pack in PACKINGS
+    }
+    texts |= {variant_scheme("B3A2C0", p, LANES, "both", stage) for stage in STAGES}
+    assert len(texts) == 2 * len(PACKINGS) + len(STAGES) - 1  # "optimized" with both packs is counted twice
+    assert_ok(sorted(texts), mm(17, 2 * LANES + 3, 13), tmp_path, shared_cache)
+
+
+def test_variant_structure_follows_the_paper() -> None:
+    """Where the packs sit and which loop runs inside the microkernel (Figs 1-3 of the paper)."""
+    p = Params(mc=64, nc=4 * LANES, kc=32, mr=4, nr=2 * LANES, kr=4)
+    b3a2 = variant_scheme("B3A2C0", p, LANES)
+    # Bc packed under jc, pc (before ic opens); Ac packed under ic; C in registers under the kc loop
+    assert b3a2.index("Pack_B") < b3a2.index("R_i") < b3a2.index("PackT_A[k,i]")
+    assert b3a2.endswith("Tvar_{32,k}, U_{4,i}, U_{2,j}, V_j]")
+    # resident B: L6 runs over rows of C (i) with a kr x nr tile of B; C packed
+    a3c2 = variant_scheme("A3C2B0", Params(64, 4 * LANES, 32, 1, 2 * LANES, 4), LANES)
+    assert "Pack_C" in a3c2 and a3c2.endswith("Tvar_{64,i}, U_{4,k}, U_{2,j}, V_j]")
+    # resident A: C transposed so a column of C is a vector; L6 over columns (j)
+    b3c2 = variant_scheme("B3C2A0", Params(4 * LANES, 48, 32, 2 * LANES, LANES, 4), LANES)
+    assert "PackT_C[j,i]" in b3c2 and b3c2.endswith("Tvar_{48,j}, U_{4,k}, U_{2,i}, V_i]")
+    with pytest.raises(ValueError, match="resident-C"):
+        variant_scheme("A3C2B0", p, LANES, pack="A")
+    with pytest.raises(ValueError, match="unknown GEMM variant"):
+        variant_scheme("B2A3C0", p, LANES)
+
+
+def test_identify_inverts_variant_scheme() -> None:
+    for variant in VARIANTS:
+        p = dataclasses.replace(small_params(variant), mc=40, nc=6 * LANES, kc=24)
+        info = identify(variant_scheme(variant, p, LANES), LANES)
+        assert info is not None and info["variant"] == variant and info["stage"] == "optimized"
+        assert (info["mc"], info["nc"], info["kc"]) == (40, 6 * LANES, 24)
+    info = identify(variant_scheme("A3B2C0", small_params("A3B2C0"), LANES, pack="B"), LANES)
+    assert info is not None and (info["variant"], info["pack"], info["mr"]) == ("A3B2C0", "B", 3)
+    assert identify("[R_i, R_k, R_j, V_j]", LANES) is None
+
+
+# -- microkernels in isolation ---------------------------------------------------------------------------
+@pytest.mark.parametrize("res", ["C", "A", "B"])
+def test_resident_microkernels_agree_with_numpy(res: str, tmp_path: Path, shared_cache: Path) -> None:
+    mr, nr, kr, stream = 4, 2 * LANES, 3, 9
+    if res == "A":
+        mr = 2 * LANES
+    sizes = {"C": (mr, nr, stream), "A": (mr, stream, kr), "B": (stream, nr, kr)}[res]
+    assert_ok([microkernel_scheme(res, mr, nr, kr, stream, LANES)], mm(*sizes), tmp_path, shared_cache)
+    with pytest.raises(ValueError):
+        microkernel_scheme("D", mr, nr, kr, stream, LANES)
+
+
+def test_microkernel_grid_respects_the_register_file() -> None:
+    for target in ("avx2", "avx512"):
+        grid = microkernels("B3A2C0", target)
+        lanes, regs = vector_lanes(target), register_count(target)
+        assert grid and all(nr % lanes == 0 for _, nr in grid)
+        assert all(registers_needed("B3A2C0", mr, nr, 1, lanes) <= regs for mr, nr in grid)
+        # complete: every tile left out (up to 16 rows, 6 vectors) would spill
+        left_out = {(mr, v * lanes) for mr in range(1, 17) for v in range(1, 7)} - set(grid)
+        assert all(registers_needed("B3A2C0", mr, nr, 1, lanes) > regs for mr, nr in left_out)
+    avx2 = microkernels("B3A2C0", "avx2")
+    assert (2, 40) in avx2 and (6, 16) in avx2  # the paper's AMD best, BLIS's Haswell kernel
+    assert (6, 24) not in avx2 and (3, 40) not in avx2  # 22 and 21 registers: would spill
+    for v in VARIANTS:
+        mr, nr, kr = default_tile(v, "avx2")
+        assert registers_needed(v, mr, nr, kr, 8) <= 16
+
+
+# -- the cache model -------------------------------------------------------------------------------------
+CARMEL = {1: Level(4, 256, 64), 2: Level(16, 2048, 64), 3: Level(16, 4096, 64)}  # 64K/4, 2M/16, 4M/16
+SKYLAKE_SP = {1: Level(8, 64, 64), 2: Level(16, 1024, 64), 3: Level(11, 2048 * 9, 64)}  # 32K, 1M, ~12M
+CACHES = {"this machine": None, "carmel": CARMEL, "skylake-sp": SKYLAKE_SP}
+
+
+@pytest.mark.parametrize("machine", sorted(CACHES))
+def test_model_blocks_satisfy_the_model_constraints(machine: str) -> None:
+    caches = CACHES[machine] or levels(detect())
+    for variant in VARIANTS:
+        for mr, nr in [(4, 16), (6, 16), (2, 40), (8, 8), (12, 32), (16, 16)]:
+            kr = 4
+            b = blocking(variant, caches, mr, nr, kr)
+            tile = {"C": (mr, nr, 1), "A": (mr, 1, kr), "B": (1, nr, kr)}[resident(variant)]
+            # whole register tiles, positive
+            for size, step in zip((b.mc, b.nc, b.kc), tile, strict=True):
+                assert size >= step and size % step == 0, (variant, mr, nr, b)
+            occ = occupancy(variant, caches, mr, nr, kr, b.mc, b.nc, b.kc)
+            # one way of each level is left to the streamed operand (Low et al. 2016)
+            assert occ["l1_ways"] <= caches[1].ways - 1, (variant, mr, nr, occ)
+            assert occ["l2_ways"] <= caches[2].ways - 1, (variant, mr, nr, occ)
+            assert occ["l3_ways"] <= caches[3].ways - 1, (variant, mr, nr, occ)
+            # and the L1 rule is tight: one more step of the stream would overflow a panel's ways
+            r = ROLES[variant]
+            tiles = {"m": tile[0], "n": tile[1], "k": tile[2]}
+            stream = {"m": b.mc, "n": b.nc, "k": b.kc}[r.stream] + tiles[r.stream]
+            way, c1 = caches[1].way_bytes, b.ways_l1_a
+            cb = max(1, caches[1].ways - 1 - c1)
+            assert stream * tiles[r.a] * 4 > c1 * way or stream * tiles[r.b] * 4 > cb * way, (variant, b)
+
+
+def test_model_is_low_et_al_for_the_baseline_and_clips_to_the_problem() -> None:
+    l1, l2, l3 = Level(8, 64, 64), Level(8, 1024, 64), Level(16, 32768, 64)
+    b = blocking("B3A2C0", {1: l1, 2: l2, 3: l3}, 6, 16)
+    # C_Ar = floor(7 / (1 + 16/6)) = 1 -> kc = 4096 / (6*4) = 170; C_Ac = 7 - ceil(170*16*4/65536) = 6
+    # -> mc = 6*65536 / (170*4) = 578 -> 576 (whole mr); C_Bc = 15 - ceil(576*170*4 / 2 MiB) = 14
+    assert (b.kc, b.ways_l1_a, b.ways_l2, b.mc, b.ways_l3) == (170, 1, 6, 576, 14)
+    assert b.nc == (14 * 2**21 // (170 * 4)) // 16 * 16
+    clipped = blocking("B3A2C0", {1: l1, 2: l2, 3: l3}, 6, 16, sizes={"m": 100, "n": 64, "k": 64})
+    assert (clipped.mc, clipped.nc, clipped.kc) == (102, 64, 64)  # 100 rows rounded up to whole mr
+
+
+# Table 2 of the paper (Carmel, layer types 2 and 8): the model's ceiling for Br in L1 (Max%) and Br's
+# share of L1 (L1%) for every listed microkernel.
+TABLE2_MAX = {(mr, 4): 25.0 for mr in (4, 8, 12, 16, 20, 24, 28)}
+TABLE2_MAX |= {(4, 8): 50.0, (8, 8): 25.0, (12, 8): 25.0, (4, 12): 50.0, (4, 16): 50.0, (8, 12): 50.0}
+TABLE2_MAX |= {(4, 20): 50.0, (4, 24): 50.0, (4, 28): 50.0}
+TABLE2_L1 = {4: (1.56, 3.12), 8: (3.12, 6.25), 12: (4.69, 9.38), 16: (6.25, 12.50), 20: (7.81, 15.60)}
+TABLE2_L1 |= {24: (9.38, 18.80), 28: (10.90, 21.90)}
+
+
+def test_model_reproduces_table_2_of_the_paper() -> None:
+    assert len(TABLE2_MAX) == 16
+    for (mr, nr), pct in TABLE2_MAX.items():
+        assert l1_max_pct(CARMEL[1], mr, nr) == pct, (mr, nr)
+    for nr, (layer2, layer8) in TABLE2_L1.items():
+        for k, n, paper in ((64, 64, layer2), (128, 512, layer8)):
+            b = blocking("B3A2C0", CARMEL, 4, nr, sizes={"m": 100352, "n": n, "k": k})
+            assert b.kc == k  # the problem's k caps kc (the paper's explanation of Fig 17)
+            occ = occupancy("B3A2C0", CARMEL, 4, nr, 1, b.mc, b.nc, b.kc)
+            assert occ["l1_pct_b"] == pytest.approx(paper, abs=0.06), (nr, k)
+
+
+def test_model_reads_the_detected_caches() -> None:
+    m = detect()
+    lv = levels(m)
+    l1 = next(c for c in m.caches if c.level == 1 and c.type in ("Data", "Unified"))
+    assert lv[1].ways * lv[1].sets * lv[1].line == l1.size_bytes
+    # a machine without L3 (or unknown associativity) still gets a model
+    fake = dataclasses.replace(
+        m, caches=(Cache(1, "Data", 32768, 64, 0, "0"), Cache(2, "Unified", 2**20, 64, 16, "0"))
+    )
+    lv2 = levels(fake)
+    assert lv2[3] == lv2[2] and lv2[1].ways == 16
+    assert blocking("B3A2C0", lv2, 6, 16).kc > 0
+
+
+# -- configs ---------------------------------------------------------------------------------------------
+def test_workload_configs_are_table_1() -> None:
+    types = resnet50_types()
+    assert [t.type for t in types] == list(range(1, 21))
+    assert sum(len(t.layers) for t in types) == 53  # "20 types, which cover 53 layers"
+    assert (types[1].m, types[1].n, types[1].k) == (401408, 64, 64) and types[0].m_at(1) == 12544
+    for name, text in all_configs().items():
+        assert (CONF / name).read_text() == text, f"{name} is stale: python -m kernels.gemm_workloads"
+
+
+def compose_candidates(*overrides: str) -> list:
+    from hydra import compose, initialize_config_dir
+
+    from harness.cli import CONF_DIR, build_experiment
+
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        return build_experiment(compose("config", overrides=list(overrides))).candidates
+
+
+def test_space_configs_compose() -> None:
+    libs = 4  # openblas, blis, mkl, onednn (unavailable ones become unsupported rows, not errors)
+    every = compose_candidates("space=gemm_family", "workload=gemm_square_512")
+    assert len(every) == len(VARIANTS) + libs
+    one = compose_candidates("space=gemm_family", "space.gemm_variant=A3C2B0", "workload=gemm_rn50_t02_b1")
+    schemes = [c for c in one if c.kind == "scheme"]
+    assert len(schemes) == 1 and identify(schemes[0].text, LANES)["variant"] == "A3C2B0"  # type: ignore[index]
+    assert dict(schemes[0].options)["partial"] == "masked"
+    grid = compose_candidates(
+        "space=gemm_microkernels", "workload=gemm_rn50_t08_b1", "space.microkernels=[[4,16],[2,40]]"
+    )
+    assert len([c for c in grid if c.kind == "scheme"]) == 2
+    packing = compose_candidates("space=gemm_packing", "workload=gemm_square_128")
+    assert {identify(c.text, LANES)["pack"] for c in packing if c.kind == "scheme"} == set(PACKINGS)  # type: ignore[index]
+    sweep = compose_candidates("space=gemm_model_sweep", "workload=gemm_square_512")
+    assert len(sweep) > 10 and len({c.text for c in sweep}) == len(sweep)
+    ablation = compose_candidates("space=gemm_ablation", "workload=gemm_square_128", "baselines=[]")
+    assert {identify(c.text, LANES)["stage"] for c in ablation} == set(STAGES)  # type: ignore[index]
+
+
+def test_space_entry_rejects_other_operators() -> None:
+    conv = Workload.make("cv", "conv2d", {"h": 2, "w": 2, "k": 8, "c": 2, "r": 1, "s": 1})
+    with pytest.raises(ValueError, match="matmul"):
+        space_entry({"gemm_variant": "B3A2C0"}, conv, "avx2")
