@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import ctypes
+import json
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from harness import store
@@ -177,3 +179,67 @@ def test_buffers_yaconv_bounded_im2col_grows() -> None:
     assert max(ya) <= bound
     # from 112 to 224 the output grows 4x; the image buffer is capped at kc*nc floats, im2col grows 4x
     assert ya[-1] <= 1.3 * ya[-2] and im[-1] >= 3.9 * im[-2]
+
+
+# -- study command, counters, figures ----------------------------------------------------------------
+def test_layer_sets_follow_the_thesis() -> None:
+    from harness.commands.yaconv import layer_set, paper_layers
+
+    layers = paper_layers()
+    assert len(layers) == 73  # unique geometries of the 218 unit-stride layers (§5.3.2)
+    assert sum(la.F == 5 for la in layers) == 9 and all(la.stride == 1 for la in layers)
+    w = layers[0].workload()
+    assert w.size["h"] == layers[0].H and w.shapes()[1][0] == layers[0].H + 2 * layers[0].P  # padded input
+    s000 = layer_set("seed000", quick=True)
+    assert {la.stride for la in s000} == {1, 2}
+
+
+def test_cachegrind_summary_is_parsed(tmp_path: Path) -> None:
+    from harness.commands.yaconv_counters import _summary
+
+    f = tmp_path / "cg.out"
+    f.write_text("desc: x\ncmd: y\nevents: Ir Dr Dw Bc\nfl=???\nfn=k\n0 1 2 3 4\nsummary: 10 20 30 40\n")
+    assert _summary(f) == {"Ir": 10, "Dr": 20, "Dw": 30, "Bc": 40}
+
+
+@pytest.mark.slow
+def test_cachegrind_counts_of_a_tiny_layer(tmp_path: Path) -> None:
+    """The driver under valgrind: deterministic per-call counts, and the output still checked."""
+    from harness.commands.yaconv_counters import measure, valgrind
+
+    if valgrind() is None:
+        pytest.skip("valgrind is not installed")
+    w = conv(4, 4, 8, 16, 3, name="cg_tiny")
+    rows = [
+        measure(c, w, tmp_path, HOST, tmp_path / "cache")
+        for c in (algo("yaconv", ukr="blis"), algo("im2col"))
+    ]
+    for row in rows:
+        assert row["status"] == "ok", row["reason"]
+        c = json.loads(row["counters"])
+        assert c["Dr"] > 0 and c["Bc"] > 0 and row["counter_backend"] == "cachegrind"
+    again = measure(algo("im2col"), w, tmp_path, HOST, tmp_path / "cache")
+    assert json.loads(again["counters"])["Dr"] == json.loads(rows[1]["counters"])["Dr"]
+
+
+def _summary_rows(ratio: float, n: int = 6) -> pd.DataFrame:
+    rows = []
+    for i in range(n):
+        wl = f"yc_h{7 + i}_w{7 + i}_c64_m64_f3_p1"
+        for label, g in (("yaconv (ukr=blis)", 10.0 * ratio), ("im2col (gemm=blis)", 10.0)):
+            rows.append({"experiment": "yaconv_layers", "machine_fingerprint": "fp0", "workload": wl,
+                         "candidate_key": label, "timing_mode": "hot", "cpu_model": "cpu", "label": label,
+                         "candidate_kind": "conv_algo", "status": "ok", "gflops_median": g})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+@pytest.mark.parametrize(("ratio", "verdict"), [(1.3, "reproduced"), (1.05, "partial"), (0.8, "differs")])
+def test_fig5_3_verdict_follows_the_numbers(ratio: float, verdict: str, tmp_path: Path, monkeypatch) -> None:
+    from reports import fig_yaconv
+
+    monkeypatch.setenv("HARNESS_RESULTS", str(tmp_path / "none"))
+    figs = fig_yaconv.fig5_3(_summary_rows(ratio), tmp_path / "report" / "figures")
+    assert len(figs) == 1 and figs[0].verdict == verdict
+    assert figs[0].ours == pytest.approx(ratio)
+    mem = fig_yaconv.memory(_summary_rows(ratio), tmp_path / "report" / "figures")
+    assert len(mem) == 1 and mem[0].ours > 1  # im2col needs more temporary bytes on every layer

@@ -1,0 +1,166 @@
+"""YaConv vs im2col + GEMM (seed 001, ch. 5): per-layer GFLOPS on the torchvision layers, Fig 5.4/5.6 grids.
+
+``harness yaconv [--set layers|seed000|fig5_4|fig5_6] [--quick] [--limit N] [--results DIR]`` measures, per
+layer, YaConv with BLIS's microkernel and with ours, and im2col + BLIS sgemm (the paper's baseline),
+through the standard pipeline (check before timing, one row per candidate). Strided layers (seed 000's
+``*`` layers) give a YaConv row with status ``unsupported`` and reason "not applicable", and an im2col row.
+Layers come from ``conf/workload/yaconv_layers.csv`` (the thesis's 73 unique geometries out of 218 layers)
+and ``conf/workload/ttile_layers.csv`` (seed 000's 23 layers, filters > 1); cachegrind counts are
+``harness yaconv-counters``.
+
+Batch: the thesis times a batch of images sized to last about a second (§5.3.1); our harness times one
+image per call and repeats the call until the 95% CI of the mean is within 2% (harness.run), which plays
+the same role without a batch dimension in the operator.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness import machine as machine_mod
+from harness import store
+from harness.experiment import Experiment, run_experiment
+from harness.run import TimingConfig
+from kernels.candidate import Candidate, Workload
+
+CONF = Path(__file__).resolve().parents[2] / "conf" / "workload"
+LAYERS_CSV = CONF / "yaconv_layers.csv"
+TTILE_CSV = CONF / "ttile_layers.csv"
+SETS = ("layers", "seed000", "fig5_4", "fig5_6")
+# a few small layers of the thesis's list, one per common H and both filter sizes: < 2 min on 2 cores
+QUICK_SEED000 = ("resnet18_04", "resnet18_09")
+QUICK_LAYERS = [(7, 160, 320, 3, 1), (14, 96, 208, 3, 1), (28, 58, 58, 3, 1), (14, 120, 120, 5, 2)]
+
+
+@dataclass(frozen=True)
+class Layer:
+    """A convolution as the thesis writes it: input H x W x C, M filters F x F, padding P, stride."""
+
+    H: int
+    W: int
+    C: int
+    M: int
+    F: int
+    P: int
+    stride: int = 1
+    models: str = ""
+
+    @property
+    def name(self) -> str:
+        s = f"_s{self.stride}" if self.stride != 1 else ""
+        return f"yc_h{self.H}_w{self.W}_c{self.C}_m{self.M}_f{self.F}_p{self.P}{s}"
+
+    def workload(self) -> Workload:
+        """Our operator has no padding: output (H + 2P - F) / stride + 1, input the padded image."""
+        oh = (self.H + 2 * self.P - self.F) // self.stride + 1
+        ow = (self.W + 2 * self.P - self.F) // self.stride + 1
+        sizes = {"h": oh, "w": ow, "k": self.M, "c": self.C, "r": self.F, "s": self.F}
+        return Workload.make(self.name, "conv2d", sizes, stride=self.stride)
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    with path.open(encoding="utf-8") as fh:
+        return list(csv.DictReader(line for line in fh if not line.startswith("#")))
+
+
+def paper_layers() -> list[Layer]:
+    """The 73 unique geometries, each with the models it occurs in (most frequent first)."""
+    seen: dict[tuple[int, ...], list[str]] = {}
+    for r in _rows(LAYERS_CSV):
+        key = tuple(int(r[k]) for k in ("H", "W", "C", "M", "F", "P"))
+        seen.setdefault(key, []).append(r["model"])
+    out = [Layer(*k, models=",".join(dict.fromkeys(v))) for k, v in seen.items()]  # type: ignore[misc]
+    return sorted(out, key=lambda layer: -len(seen[(layer.H, layer.W, layer.C, layer.M, layer.F, layer.P)]))
+
+
+def seed000_layers() -> list[Layer]:
+    """Seed 000's layers with filters > 1 (its H/W is the output size: input (H-1)*stride + F - 2P)."""
+    out = []
+    for r in _rows(TTILE_CSV):
+        f, st, hw = int(r["rs"]), int(r["stride"]), int(r["hw"])
+        if f == 1:
+            continue  # the thesis leaves 1x1 layers to GEMM
+        p = (f - 1) // 2
+        h_in = (hw - 1) * st + f - 2 * p
+        out.append(Layer(h_in, h_in, int(r["c"]), int(r["k_used"]), f, p, st, models=r["name"]))
+    return out
+
+
+def grid(which: str, quick: bool) -> list[Layer]:
+    """Fig 5.4: H = W x M at C = 300, F = 3, P = 1; Fig 5.6: C x M at H = W = 7 (run.sh's values)."""
+    if which == "fig5_4":
+        hs = [7, 10, 12, 14, 18, 24] if quick else list(range(4, 57, 2))
+        ms = [64, 256, 512] if quick else [32, 64, 128, 192, 256, 320, 384, 448, 512, 640, 768, 896, 1024]
+        return [Layer(h, h, 300, m, 3, 1) for h in hs for m in ms]
+    cs = [32, 128, 512] if quick else [32, 64, 96, 128, 192, 256, 384, 512, 768, 960, 1024, 1152]
+    return [Layer(7, 7, c, m, 3, 1) for c in cs for m in cs]
+
+
+def layer_set(which: str, quick: bool, limit: int | None = None) -> list[Layer]:
+    if which == "layers":
+        layers = paper_layers()
+        if quick:
+            layers = [la for la in layers if (la.H, la.C, la.M, la.F, la.P) in QUICK_LAYERS]
+    elif which == "seed000":
+        layers = seed000_layers()
+        if quick:  # one strided layer (YaConv not applicable) and one unit-stride layer
+            layers = [la for la in layers if la.models in QUICK_SEED000]
+    else:
+        layers = grid(which, quick)
+    return layers[:limit] if limit else layers
+
+
+def candidates(isa: str, with_ours: bool = True) -> list[Candidate]:
+    """YaConv (BLIS's microkernel, ours) and im2col + BLIS sgemm: the same library's pieces on both sides."""
+    out = [Candidate("conv_algo", "yaconv", (("ukr", "blis"),))]
+    if with_ours:
+        out.append(Candidate("conv_algo", "yaconv", (("target", isa), ("ukr", "ours"))))
+    out.append(Candidate("conv_algo", "im2col", (("gemm", "blis"),)))
+    return out
+
+
+def allow_conv_algo_rows() -> None:
+    """harness/store.py does not list the candidate kind ``conv_algo`` yet (asked of the lead)."""
+    kinds = store.ENUMS["candidate_kind"]
+    if "conv_algo" not in kinds:
+        store.ENUMS["candidate_kind"] = (*kinds, "conv_algo")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="harness yaconv", description=__doc__.splitlines()[0])
+    p.add_argument(
+        "--set", choices=SETS, default="layers", help="layer set (default: the thesis's 73 layers)"
+    )
+    p.add_argument("--quick", action="store_true", help="a few small layers / a reduced grid")
+    p.add_argument("--limit", type=int, default=None, help="first N layers only")
+    p.add_argument("--no-ours", action="store_true", help="skip YaConv with our microkernel")
+    p.add_argument("--results", type=Path, default=Path("results"))
+    return p
+
+
+def main(argv: list[str]) -> None:
+    args = _parser().parse_args(argv)
+    if args.limit is not None and args.limit < 1:
+        print(f"harness yaconv: error: --limit must be >= 1, got {args.limit}", file=sys.stderr)
+        raise SystemExit(2)
+    allow_conv_algo_rows()
+    m = machine_mod.detect()
+    isa = "avx512" if "avx512" in m.isas else "avx2"
+    cands = candidates(isa, not args.no_ours)
+    layers = layer_set(args.set, args.quick, args.limit)
+    timing = TimingConfig(max_seconds=2.0 if args.quick else 5.0, max_reps=20 if args.quick else 50)
+    for n, layer in enumerate(layers, 1):
+        print(f"[yaconv_{args.set}] layer {n}/{len(layers)} {layer.name} ({layer.models})", file=sys.stderr)
+        exp = Experiment(
+            f"yaconv_{args.set}", layer.workload(), cands, timing=timing, results_dir=args.results
+        )
+        run_experiment(exp, machine=m)
+
+
+# Every `harness` call imports the plug-in commands (to list them), so registering the kind here lets
+# `harness run ... space=conv_algo` store its rows too. Remove once harness/store.py lists conv_algo.
+allow_conv_algo_rows()

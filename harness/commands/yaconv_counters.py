@@ -1,0 +1,181 @@
+"""Cachegrind counts of YaConv vs im2col per layer (seed 001 Fig 5.3/5.5 counters; no PMU here).
+
+``harness yaconv-counters [--set layers|seed000|fig5_4|fig5_6] [--quick] [--limit N] [--results DIR]``
+runs each candidate's kernel in the harness's own measurement driver (harness/driver/driver.c, the same
+executable and arguments as a timed run) under ``valgrind --tool=cachegrind --cache-sim=yes
+--branch-sim=yes``. The driver calls the kernel 2 + extra times (first call for the check, then the
+repetitions); two runs with 1 and 1 + EXTRA repetitions are subtracted, so the counts are those of
+EXTRA hot calls of the kernel alone (driver start-up, tensor loading and the first call's library
+initialisation cancel), divided by EXTRA. The simulated caches are fixed (L1d 32 KiB 8-way, LL 32 MiB
+16-way, 64 B lines) so the counts do not depend on the host; the thesis's "L3" is cachegrind's LL.
+
+Rows go to experiment ``yaconv_cachegrind`` with ``counter_backend = "cachegrind"``, the per-call counts
+in ``counters`` (Ir, Dr, Dw, D1mr, D1mw, DLmr, DLmw, Bc, Bcm, Bi, Bim) and no timing. The first call's
+output is checked against the reference like every other row. Kernels that need AVX-512 are skipped with
+a reason: valgrind does not execute AVX-512.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from harness import machine as machine_mod
+from harness import store
+from harness.build import CompilerConfig, build
+from harness.check import CheckConfig, check_output, make_tensors
+from harness.commands.yaconv import SETS, allow_conv_algo_rows, candidates, layer_set
+from harness.experiment import Experiment, _base_row, _render
+from harness.run import build_driver
+from kernels.candidate import Candidate, KernelSource, Workload
+
+EXPERIMENT = "yaconv_cachegrind"
+EXTRA = 2  # hot calls measured (the difference of two runs)
+CACHES = ("--I1=32768,8,64", "--D1=32768,8,64", "--LL=33554432,16,64")
+SOURCE = "cachegrind simulation (L1d 32K/8-way, LL 32M/16-way)"
+
+
+def valgrind() -> str | None:
+    return shutil.which("valgrind")
+
+
+def _summary(path: Path) -> dict[str, int]:
+    events: list[str] = []
+    values: list[int] = []
+    for line in path.read_text().splitlines():
+        if line.startswith("events:"):
+            events = line.split()[1:]
+        elif line.startswith("summary:"):
+            values = [int(v) for v in line.split()[1:]]
+    if not events or len(events) != len(values):
+        raise RuntimeError(f"no summary line in {path}")
+    return dict(zip(events, values, strict=True))
+
+
+def _run(
+    driver: Path, so: Path, files: list[tuple[Path, int]], out: Path, ws: int, reps: int, cg: Path
+) -> str:
+    cmd = [
+        "valgrind", "--tool=cachegrind", "--cache-sim=yes", "--branch-sim=yes", *CACHES,
+        f"--cachegrind-out-file={cg}", str(driver), "--lib", str(so),
+    ]  # fmt: skip
+    for path, n in files:
+        cmd += ["--tensor", f"{path}:{n}"]
+    cmd += [
+        "--out", str(out), "--ws", str(ws), "--align", "1024", "--mode", "hot", "--warmup", "0",
+        "--warmup-seconds", "0", "--min-reps", str(reps), "--max-reps", str(reps), "--rel-ci", "-1",
+        "--max-seconds", "1e9", "--counters", "none",
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=3600)
+    if proc.returncode != 0:
+        raise RuntimeError(f"valgrind exit {proc.returncode}: {proc.stderr.strip()[-400:]}")
+    return proc.stdout
+
+
+def count(
+    src: KernelSource, so: Path, tensors: list[np.ndarray], cache_dir: Path
+) -> tuple[dict[str, int], np.ndarray]:
+    """Per-call cachegrind counts of a built kernel, and the output of its first call."""
+    driver = build_driver(cache_dir)
+    with tempfile.TemporaryDirectory(prefix="yaconv-cg-") as tmp:
+        files = []
+        for i, t in enumerate(tensors):
+            path = Path(tmp) / f"t{i}.bin"
+            np.ascontiguousarray(t, dtype=np.float32).tofile(path)
+            files.append((path, t.size))
+        out = Path(tmp) / "out.bin"
+        totals = []
+        for reps in (1, 1 + EXTRA):
+            cg = Path(tmp) / f"cg{reps}.out"
+            _run(driver, so, files, out, src.workspace_bytes, reps, cg)
+            totals.append(_summary(cg))
+        first = np.fromfile(out, dtype=np.float32).reshape(tensors[0].shape)
+    per_call = {k: (totals[1][k] - totals[0][k]) // EXTRA for k in totals[0]}
+    return per_call, first
+
+
+def measure(
+    cand: Candidate, w: Workload, results: Path, m: machine_mod.Machine, cache_dir: Path
+) -> dict[str, Any]:
+    exp = Experiment(EXPERIMENT, w, [cand], results_dir=results, check=CheckConfig())
+    row = _base_row(exp, cand, m)
+    row["counter_backend"] = "cachegrind"
+    src = _render(cand, w)
+    if isinstance(src, tuple):
+        row["status"], row["reason"] = src
+        return row
+    row["target"] = src.target
+    if src.target == "avx512":
+        row["status"], row["reason"] = "unsupported", "valgrind does not execute AVX-512 code"
+        return row
+    built = build(src, CompilerConfig(), cache_dir / "so")
+    row.update(source_hash=src.source_hash, compiler_version=built.cc_version, cflags=built.flags)
+    if not built.ok or built.so_path is None:
+        row["status"], row["reason"] = "compile_error", built.error
+        return row
+    tensors = make_tensors(w, exp.seed, exp.check)
+    try:
+        counts, first = count(src, built.so_path, tensors, cache_dir)
+    except (RuntimeError, subprocess.TimeoutExpired) as exc:
+        row["status"], row["reason"] = "error", str(exc)
+        return row
+    chk = check_output(w, tensors, first, exp.check, exp.seed)
+    row.update(
+        check_mode=chk.mode, check_points=chk.points, check_max_err=chk.max_err, check_passed=chk.passed
+    )
+    if not chk.passed:
+        row["status"], row["reason"] = "wrong", f"{chk.n_bad}/{chk.points} points off"
+        return row
+    counts["workspace_bytes"] = src.workspace_bytes
+    row.update(status="ok", counters=json.dumps(counts, sort_keys=True))
+    return row
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="harness yaconv-counters", description=__doc__.splitlines()[0])
+    p.add_argument("--set", choices=SETS, default="layers")
+    p.add_argument("--quick", action="store_true", help="the quick layers / reduced grid")
+    p.add_argument("--limit", type=int, default=None, help="first N layers only")
+    p.add_argument("--results", type=Path, default=Path("results"))
+    return p
+
+
+def main(argv: list[str]) -> None:
+    args = _parser().parse_args(argv)
+    if args.limit is not None and args.limit < 1:
+        print(f"harness yaconv-counters: error: --limit must be >= 1, got {args.limit}", file=sys.stderr)
+        raise SystemExit(2)
+    if valgrind() is None:
+        print(
+            "harness yaconv-counters: error: valgrind is not installed (apt install valgrind)",
+            file=sys.stderr,
+        )
+        raise SystemExit(2)
+    allow_conv_algo_rows()
+    m = machine_mod.detect()
+    cache_dir = args.results / "cache"
+    # our microkernel runs as AVX2 under valgrind on every host (valgrind has no AVX-512)
+    cands = candidates("avx2")
+    layers = layer_set(args.set, args.quick, args.limit)
+    for n, layer in enumerate(layers, 1):
+        w = layer.workload()
+        for cand in cands:
+            rid = store.row_id(EXPERIMENT, cand.key, w.name, "hot", 0, m.fingerprint)
+            if store.has_row(args.results, EXPERIMENT, rid):
+                continue
+            row = measure(cand, w, args.results, m, cache_dir)
+            store.write_row(args.results, row)
+            c = json.loads(row["counters"]) if row["counters"] else {}
+            what = re.sub(r"\s+", " ", f"Dr={c.get('Dr')} Bc={c.get('Bc')} DLmr={c.get('DLmr')}") if c else ""
+            head = f"[{EXPERIMENT}] {n}/{len(layers)} {w.name} {cand.label()}: {row['status']}"
+            print(f"{head} {what} {row['reason']}"[:300],
+                  file=sys.stderr)  # fmt: skip
