@@ -124,7 +124,7 @@ def render_report(
     builder_errors: list[tuple[str, str]] = []
     figures = sorted(
         (complete_figure(f, summary) for f in paper_figures(summary, fig_dir, builder_errors)),
-        key=lambda f: (f.name, f.cpu_model, f.machine),
+        key=lambda f: (f.paper, f.name, f.cpu_model, f.machine),
     )
     # (anchor, figure): the verdict table links to each figure's section
     anchored = [(f"fig-{i}-{_slug(f.name)}", f) for i, f in enumerate(figures, 1)]
