@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
-from harness import analysis
-from reports.figures import fig5_6_series, paper_figures
+import pytest
+
+from harness import analysis, store
+from reports.figures import PaperFigure, fig5_6_series, mean_ci, paper_figures
 from tests.test_report import FLOPS, frame
 from tests.test_report import make_row as row
 
@@ -83,3 +86,35 @@ def test_small_matmul_series_and_verdict(tmp_path: Path) -> None:
 def test_series_names() -> None:
     assert fig5_6_series("blis", "baseline") == "blis"
     assert fig5_6_series("[R_i] (partial=padded)", "scheme") == "single microkernel + padding"
+
+
+def test_headline_number_ci_and_ratio(tmp_path: Path) -> None:
+    rows = hoist_rows(90.0, 40.0)
+    for r, jitter in zip(rows, (0.02, 0.05), strict=True):  # spread the repetitions: a real interval
+        r.update(
+            store.perf_fields([r["times_ns"][0] * (1 + jitter * k) for k in (-2, -1, 0, 1, 2)], FLOPS, 100.0)
+        )
+    (fig,) = build(rows, tmp_path)
+    assert fig.ours == pytest.approx(90.0 / 40.0, rel=1e-6)
+    lo, hi = fig.ours_ci
+    assert lo < fig.ours < hi
+    assert fig.paper_value == pytest.approx(2.0) and fig.ratio == pytest.approx(fig.ours / 2.0)
+    assert fig.ratio_ci == pytest.approx((lo / 2.0, hi / 2.0))
+    assert "45% -> 90%" in fig.paper_text and fig.timing_mode == "hot"
+    assert fig.experiments == ["quick_matmul"]
+
+
+def test_no_ratio_without_a_paper_number() -> None:
+    f = PaperFigure("x", "fp", "cpu", "p", "w", "c", "m", "partial", "s", ours=3.0, ours_ci=(2.0, 4.0))
+    assert f.ratio is None and f.ratio_ci is None
+    f.paper_value = 1.5
+    assert f.ratio == pytest.approx(2.0) and f.ratio_ci == pytest.approx((4 / 3, 8 / 3))
+    f.ours = float("nan")
+    assert f.ratio is None
+
+
+def test_mean_ci() -> None:
+    lo, hi = mean_ci([80.0, 90.0, 100.0])
+    assert lo < 90.0 < hi and hi - 90.0 == pytest.approx(90.0 - lo)
+    assert all(math.isnan(v) for v in mean_ci([5.0]))
+    assert mean_ci([7.0, 7.0, 7.0]) == (7.0, 7.0)
