@@ -123,6 +123,12 @@ def checks(data: pd.DataFrame) -> list[tuple[str, bool, str]]:
     return out
 
 
+def verdict_of(results: list[tuple[str, bool, str]]) -> str:
+    """reproduced if every measured statement holds, partial if some do, differs if none."""
+    held = sum(ok for _, ok, _ in results)
+    return "reproduced" if held == len(results) else "partial" if held else "differs"
+
+
 def _optional(**fields: Any) -> dict[str, Any]:
     """PaperFigure fields that this version of reports.figures knows (the headline-number fields are new)."""
     known = {f.name for f in dataclasses.fields(PaperFigure)}
@@ -168,8 +174,7 @@ def compilers(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
         results = checks(part)
         if not results:
             continue
-        held = sum(ok for _, ok, _ in results)
-        verdict = "reproduced" if held == len(results) else "partial" if held else "differs"
+        verdict = verdict_of(results)
         table = config_table(part)
         fig = plot(part, f"§4.3 compiler study on {part['cpu_model'].iloc[0]}")
         image, csv = _save(fig, table, out_dir, f"{NAME}-{fp}")

@@ -101,7 +101,7 @@ def best_microkernel(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
                 fp,
                 part,
                 measured=(
-                    f"{exp}: best [{best['label']}] at {best['pct']:.1f}% of calibrated peak (95% CI "
+                    f"{exp}: best {best['label']} at {best['pct']:.1f}% of calibrated peak (95% CI "
                     f"{lo:.1f}-{hi:.1f}; target >= {target:g}%); {n_pass} of {len(ok)} measured microkernels "
                     f"pass {threshold:g}% ({len(part) - len(ok)} failed or not runnable here)"
                     + (f"; {busy} row(s) flagged busy core / peak drift" if busy else "")
@@ -173,7 +173,7 @@ def selection_cost(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
             verdict = "partial" if extrapolated_min <= 2 * budget_min else "differs"
 
         phases = runs.assign(timing_s=(runs["benchmark_s"] - runs["compile_s"]).clip(lower=0))
-        fig, ax = plt.subplots(figsize=(8, 0.9 + 0.45 * len(phases)))
+        fig, ax = plt.subplots(figsize=(8, 1.6 + 0.45 * len(phases)))
         left = np.zeros(len(phases))
         labels = [f"{t[:16]} {s[:28]} ({n} measured)" for t, s, n in
                   zip(phases["timestamp"], phases["set"], phases["n_measured"], strict=True)]  # fmt: skip
@@ -184,7 +184,7 @@ def selection_cost(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
                       f"{int(head['timing_cpus'])} pinned CPU)",
                title=f"microkernel selection cost, {op} {isa}, {part['cpu_model'].iloc[0]}")  # fmt: skip
         ax.tick_params(axis="y", labelsize=7)
-        ax.legend(fontsize=7, loc="lower right")
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=len(PHASES))
         fig.tight_layout()
         table = runs[[c for c in COST_COLUMNS if c in runs.columns]]
         image, csv = _save(fig, table, out_dir, f"{COST}-{op}-{isa}-{fp}")

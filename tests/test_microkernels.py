@@ -302,6 +302,10 @@ def test_microbench_selects_by_threshold_and_json_round_trips(tmp_path: Path, sh
 
     again = mb.run_microbench(mks[:1], cfg, progress=seen.append)  # stored rows are reused
     assert again.iloc[0]["timestamp"] == frame.iloc[0]["timestamp"]
+    # the selection's wall time must know which rows this run measured itself (harness microkernels)
+    assert not frame["reused"].any() and again["reused"].all()
+    assert frame.attrs["compile_s"] > 0 and again.attrs["compile_s"] == 0
+    assert (frame["compiler"] == "gcc").all() and frame["hoist"].all() and frame["fma"].all()
 
 
 def test_quick_set_is_small_and_in_the_slice() -> None:
