@@ -31,6 +31,7 @@ Where the language is coarser than the paper (said in the report and the final n
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from itertools import product
@@ -176,6 +177,34 @@ def variant_scheme(variant: str, p: Params, lanes: int, pack: str = "both", stag
     return "[" + ", ".join(atoms) + "]"
 
 
+def parallel_scheme(variant: str, p: Params, lanes: int, threads: int, size: int, pack: str = "both") -> str:
+    """``variant`` with its outermost block loop split across ``threads`` OpenMP threads (``Tpar``; Fig 20).
+
+    ``size`` is the extent of that loop's dimension (n for jc in B3A2C0, m for ic in A3B2C0). The language
+    allows parallel loops only outermost, so this is the paper's "jc" for the variants whose outermost
+    loop is jc and "ic" for those whose outermost loop is ic; its inner choices (ic, jr, ir in B3A2C0)
+    are below the reduction loop pc and a shared pack, which the language cannot parallelize. Each thread
+    gets size/threads elements, split into blocks no larger than the model's (whole register tiles).
+    """
+    if resident(variant) != "C":
+        raise ValueError(f"parallel loops are generated for the resident-C variants, not {variant}")
+    d = "j" if variant == "B3A2C0" else "i"
+    key, tile = ("nc", p.nr) if d == "j" else ("mc", p.mr)
+    chunk, rest = divmod(size, threads)
+    if rest or chunk % tile:
+        raise ValueError(f"{variant}: {size} is not {threads} threads x whole {tile}-wide tiles")
+    q = next(
+        (q for q in range(1, chunk // tile + 1) if chunk % (q * tile) == 0 and chunk // q <= getattr(p, key)),
+        0,
+    )
+    if not q:
+        raise ValueError(f"{variant}: no block of {chunk} // q <= {key}={getattr(p, key)} in whole tiles")
+    text = variant_scheme(variant, dataclasses.replace(p, **{key: chunk // q}), lanes, pack)
+    head = f"Tpar_{{{threads},{d}}}" + (f", T_{{{q},{d}}}" if q > 1 else "")
+    assert text.startswith(f"[R_{d}, ")
+    return "[" + head + text[len(f"[R_{d}") :]
+
+
 def microkernel_scheme(res: str, mr: int, nr: int, kr: int, stream: int, lanes: int) -> str:
     """The microkernel of a resident-``res`` variant alone, on a workload of one register tile streamed
     ``stream`` times (resident C: (mr, nr, stream=k); resident A: (mr, stream=n, kr); resident B:
@@ -211,7 +240,9 @@ def space_entry(entry: Mapping[str, Any], workload: Workload, target: str) -> li
     - ``mc``, ``nc``, ``kc``: blocks (default: the cache model for this machine); a list sweeps them;
     - ``scale``: ``{mc: [0.5, 1, 2], ...}`` multiplies the model's blocks (the sweep around the model);
     - ``pack``: ``both`` (default), ``A``, ``B``, ``none`` or a list (Fig 19, resident C variants);
-    - ``stage``: ``optimized`` (default) or a list of :data:`STAGES` (Fig 13's generator ladder).
+    - ``stage``: ``optimized`` (default) or a list of :data:`STAGES` (Fig 13's generator ladder);
+    - ``threads``: > 1 splits the outermost block loop across that many threads (:func:`parallel_scheme`,
+      Fig 20; resident-C variants; shapes that do not split into whole tiles per thread are skipped).
     """
     if workload.op.name != "matmul":
         raise ValueError(f"gemm_variant entries need the matmul operator, not {workload.op.name}")
@@ -255,7 +286,15 @@ def space_entry(entry: Mapping[str, Any], workload: Workload, target: str) -> li
                 )
             for mc, nc, kc in product(blocks["mc"], blocks["nc"], blocks["kc"]):
                 p = Params(mc, nc, kc, int(mr), int(nr), int(kr))
-                text = variant_scheme(variant, p, lanes, str(pack), str(stage))
+                threads = int(entry.get("threads", 1))
+                if threads > 1:  # Fig 20: the outermost block loop in parallel
+                    size = workload.size["j" if variant == "B3A2C0" else "i"]
+                    try:
+                        text = parallel_scheme(variant, p, lanes, threads, size, str(pack))
+                    except ValueError:
+                        continue  # this shape does not split into whole tiles per thread: not expressible
+                else:
+                    text = variant_scheme(variant, p, lanes, str(pack), str(stage))
                 if all(text != t for t, _ in out):  # "basic" ignores the blocks: once
                     out.append((text, dict(OPTIONS)))
     return out
