@@ -16,8 +16,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from kernels.candidate import Candidate, KernelSource, Workload
+from kernels.external import EXTERNALS, External, link_args
 from kernels.operators import Access, Operator
 from kernels.scheme import (
+    EXTERNAL,
     PACK_KINDS,
     PAR_KINDS,
     UNROLL_KINDS,
@@ -67,6 +69,7 @@ def analyze_for(
         partial=partial == "masked",
         tensors={t.tensor: t.dims() if _plain_axes(t) else None for t in op.tensors},
     )
+    _check_external_entry(an, op)
     if an.vector_dim is not None and an.vector_dim in op.reduction_dims:
         v = an.scheme[-1]
         raise SchemeError(
@@ -77,6 +80,34 @@ def analyze_for(
             len(an.scheme) - 1,
         )
     return an
+
+
+def external_atom(an: Analysis) -> tuple[int, External] | None:
+    """Position and registry entry of the scheme's ExternalCall, if any (checked by analyze_for)."""
+    p = len(an.scheme) - 1
+    if p >= 0 and an.scheme[p].kind == EXTERNAL:
+        return p, EXTERNALS[an.scheme[p].name]  # type: ignore[index]
+    return None
+
+
+def _check_external_entry(an: Analysis, op: Operator) -> None:
+    """The registry side of ExternalCall: a known name, an operator and dimension it serves."""
+    for p, a in enumerate(an.scheme):
+        if a.kind != EXTERNAL:
+            continue
+        ext = EXTERNALS.get(a.name)  # type: ignore[arg-type]
+        if ext is None:
+            why = f"unknown external microkernel {a.name!r}; known: {', '.join(sorted(EXTERNALS))}"
+            raise SchemeError("external-unknown", why, a, p)
+        if op.name not in ext.ops:
+            why = f"{ext.name} computes {', '.join(ext.ops)}, not {op.name}"
+            raise SchemeError("external-operator", why, a, p)
+        if a.dim not in ext.flexible:
+            why = f"{ext.name} is flexible on {', '.join(ext.flexible)} only"
+            raise SchemeError("external-dimension", why, a, p)
+        if a.size > ext.max_extent:  # type: ignore[operator]
+            why = f"{ext.name} takes extents up to {ext.max_extent} on its flexible dimension"
+            raise SchemeError("external-size", why, a, p)
 
 
 def _strides(shape: tuple[int, ...]) -> list[int]:
@@ -148,6 +179,7 @@ class _Gen:
     helpers: dict[str, str] = field(default_factory=dict)  # static functions the kernel calls (by name)
     ws_base: str = "(float *)workspace"  # where pack buffers start (per thread under a parallel loop)
     parallel: bool = False
+    external_sites: list[str] = field(default_factory=list)  # file-scope declarations of the call sites
 
     def __post_init__(self) -> None:
         # how each tensor (ABI order) is addressed here: itself, or the buffer of an enclosing Pack
@@ -583,9 +615,37 @@ class _Gen:
         self.with_static_extents(env, binding, out_dims, region)
 
     def emit_block(self, env: dict[str, tuple[str, int | str]], binding: dict[str, int]) -> None:
+        if (ext := external_atom(self.an)) is not None:
+            self.emit_external(ext[0], ext[1], env)
+            return
         self.with_static_extents(
             env, binding, self.unrolled_dims(), lambda e: self.emit_static_block(e, binding)
         )
+
+    def emit_external(self, pos: int, ext: External, env: Mapping[str, tuple[str, int | str]]) -> None:
+        """One call of the external microkernel on the tile under the loops: flexible extent on the
+        atom's dimension, the static extents of the U atoms (or the loops' steps) on the others."""
+        a = self.an.scheme[pos]
+        extents = {}
+        for d, (_, e) in env.items():
+            if d != a.dim and not isinstance(e, int):
+                why = f"{ext.name} is flexible on {a.dim} only; {d} has a variable extent ({e}) here"
+                raise SchemeError("external-flexible", why, a, pos, dim=d)
+            extents[d] = str(e)
+        bases = {d: b for d, (b, _) in env.items()}
+        names, rows = {}, {}
+        for n, acc in enumerate(self.op.tensors):
+            view = self.views[n]
+            if view.strides[-1] != 1:
+                why = f"{ext.name} needs {acc.tensor} row-major (last axis contiguous), not a PackT layout"
+                raise SchemeError("external-layout", why, a, pos)
+            names[acc.tensor] = view.address(acc, bases)
+            rows["ld" + acc.tensor.lower()] = view.strides[0]
+        site = len(self.external_sites)
+        self.external_sites.append(ext.site.format(site=site, alpha=a.size))
+        fields = {**extents, **names, **rows, "flex": extents[a.dim], "alpha": a.size, "site": site}  # type: ignore[index]
+        for text in ext.call.format(**fields).splitlines():
+            self.line(text)
 
     def emit_static_block(self, env: Mapping[str, tuple[str, int | str]], binding: Mapping[str, int]) -> None:
         t = self.target
@@ -652,6 +712,9 @@ def generate(
     """C source of the kernel and the workspace bytes its packing buffers need."""
     op = workload.op
     hoist_at = hoist_position(an, op) if (hoist or an.scalp_position is not None) else None
+    ext = external_atom(an)
+    if ext is not None:
+        hoist_at = None  # the external microkernel loads and stores its own tile
     gen = _Gen(an, op, workload, target, an.vector_dim is not None, hoist_at, fma)
     gen.depth = 1
     env: dict[str, tuple[str, int | str]] = {d: ("0", workload.size[d]) for d in op.dims}
@@ -667,14 +730,22 @@ def generate(
         "#define MAX(a, b) ((a) > (b) ? (a) : (b))",
         *([target.prelude] if gen.masks_used and target.prelude else []),
         *gen.helpers.values(),
+        *([ext[1].decls, *gen.external_sites] if ext is not None else []),
         "",
         "int kernel(float *const *tensors, void *workspace) {",
         "  (void)workspace;",
     ]
+    if ext is not None:
+        head += [
+            "  static int ready = 0;",
+            f"  if (!ready) {{ {ext[1].init} ready = 1; }}",
+            "  int ttile_rc = 0;  /* set by a failing external call */",
+        ]
     for n, t in enumerate(op.tensors):
         qual = "" if n == 0 else "const "
         head.append(f"  {qual}float *restrict {t.tensor} = tensors[{n}];")
-    return "\n".join([*head, *gen.lines, "  return 0;", "}", ""]), 4 * gen.workspace_floats
+    ret = "  return ttile_rc;" if ext is not None else "  return 0;"
+    return "\n".join([*head, *gen.lines, ret, "}", ""]), 4 * gen.workspace_floats
 
 
 def render_scheme(candidate: Candidate, workload: Workload) -> KernelSource:
@@ -697,7 +768,9 @@ def render_scheme(candidate: Candidate, workload: Workload) -> KernelSource:
         code, workspace = wrap_padded(code, workspace, workload, padded)
     # without FMA emission gcc would fuse the mul + add again (-ffp-contract=fast is its C default)
     flags = (() if fma else ("-ffp-contract=off",)) + (("-fopenmp",) if parallel else ())
-    return KernelSource(code=code, target=target.name, cflags=flags, workspace_bytes=workspace)
+    ext = external_atom(an)
+    libs = link_args(ext[1]) if ext is not None else ()  # BaselineUnavailable when not installed
+    return KernelSource(code=code, target=target.name, cflags=flags, libs=libs, workspace_bytes=workspace)
 
 
 # -- padding (thesis §5.3.3): the microkernel always runs full, on zero-extended copies ------------------

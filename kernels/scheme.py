@@ -22,13 +22,15 @@ from math import gcd
 PAR_KINDS = ("Tpar", "Tfused")  # parallel loops (OpenMP): T semantics, outermost only (thesis §3.7)
 LOOP_KINDS = ("R", "T", "Texct", "Tvar", "Texctg", "lambda_seq", *PAR_KINDS)
 UNROLL_KINDS = ("U", "Ul")
-VAR_KINDS = ("Texct", "Tvar", "Texctg")  # atoms that accept a variable extent
+EXTERNAL = "ExternalCall"  # a call to an external microkernel, flexible on its dimension (thesis §3.5)
+VAR_KINDS = ("Texct", "Tvar", "Texctg", EXTERNAL)  # atoms that accept a variable extent
 PARTIAL_KINDS = ("U", "V")  # ... and, with partial microkernels, the microkernel's own atoms
-SIZED_KINDS = ("T", "U", "Texct", "Tvar", "Texctg", *PAR_KINDS)
+SIZED_KINDS = ("T", "U", "Texct", "Tvar", "Texctg", *PAR_KINDS, EXTERNAL)
 TILE_KINDS = ("T", "U", *PAR_KINDS)  # footprint = size x the tile below
 PACK_KINDS = ("Pack", "PackT")
 ALL_KINDS = (
     "R", "T", "U", "V", "Ul", "lambda_seq", "Texct", "Tvar", "Texctg", "ScalP", *PACK_KINDS, *PAR_KINDS,
+    EXTERNAL,
 )  # fmt: skip
 
 
@@ -71,11 +73,14 @@ class Atom:
     # per-dimension rule sees it; ``fused`` is the whole pair list and ``part`` the pair's index in it
     fused: tuple[tuple[str, int], ...] = ()
     part: int = 0
+    name: str | None = None  # ExternalCall: the external microkernel (kernels/external.py)
 
     def text(self, ascii_only: bool = False) -> str:
         lam = "lambda" if ascii_only else "λ"
         if self.kind == "Tfused":
             return "Tfused_[" + ",".join(f"({d},{a})" for d, a in self.fused) + "]"
+        if self.kind == EXTERNAL:
+            return f"ExternalCall_{{{self.name},{self.size},{self.dim}}}"
         if self.kind in ("R", "V"):
             return f"{self.kind}_{self.dim}"
         if self.kind == "Ul":
@@ -103,6 +108,7 @@ _PAIR = re.compile(r"\(\s*(-?\d+)\s*,\s*(-?\d+)\s*\)")
 _SCALP = re.compile(r"^(?:ScalP|Scalpromd)\s*\[(.*)\]$")
 _PACK = re.compile(r"^(PackT|Pack)\s*_\s*([A-Za-z][A-Za-z0-9]*)\s*(?:\[(.*)\])?$")
 _TPAR = re.compile(r"^Tpar\s*_\s*\{\s*(-?\d+)\s*,\s*" + _NAME + r"\s*\}$")
+_EXTERNAL = re.compile(r"^ExternalCall\s*_\s*\{\s*" + _NAME + r"\s*,\s*(-?\d+)\s*,\s*" + _NAME + r"\s*\}$")
 _TFUSED = re.compile(r"^Tfused\s*_\s*\[(.*)\]$")
 _DIM_PAIR = re.compile(r"\(\s*" + _NAME + r"\s*,\s*(-?\d+)\s*\)")
 
@@ -150,6 +156,8 @@ def parse_atom(text: str) -> Atom:
     t = text.strip()
     if m := _TPAR.match(t):
         return Atom("Tpar", m.group(2), int(m.group(1)))
+    if m := _EXTERNAL.match(t):
+        return Atom(EXTERNAL, m.group(3), int(m.group(2)), name=m.group(1))
     if m := _TFUSED.match(t):
         body = m.group(1)
         pairs = [(d, int(a)) for d, a in _DIM_PAIR.findall(body)]
@@ -183,7 +191,7 @@ def parse_atom(text: str) -> Atom:
         "syntax",
         f"cannot read atom {t!r}; expected one of R_d, V_d, T_{{a,d}}, U_{{a,d}}, Uλ_d, "
         "λ_seq_d.[(r,a),...], Texct_{a,d}, Tvar_{a,d}, Texctg_{a,d}, ScalP[d,...], Pack_X, PackT_X[d,...], "
-        "Tpar_{a,d}, Tfused_[(d,a),...]",
+        "Tpar_{a,d}, Tfused_[(d,a),...], ExternalCall_{name,a,d}",
     )
 
 
@@ -201,6 +209,10 @@ def _atom_from_mapping(item: Mapping[str, object]) -> Atom:
         if not pairs:
             raise SchemeError("syntax", f"Tfused needs pairs: [[dim, size], ...] in {dict(item)!r}")
         return fused_atoms(pairs)[0]
+    if kind == EXTERNAL:  # {kind: ExternalCall, name: libxsmm, size: 16, dim: i}
+        ext = item.get("name")
+        return Atom(kind, None if dim is None else str(dim), None if size is None else int(size),  # type: ignore[call-overload]
+                    name=None if ext is None else str(ext))  # fmt: skip
     return Atom(
         kind,
         None if dim is None else str(dim),
@@ -233,7 +245,8 @@ def validate_atoms(atoms: Scheme) -> Scheme:
     """Checks that need no operator: sizes, λ_seq pair lists (run on every path into ``analyze``)."""
     for pos, a in enumerate(atoms):
         missing = (
-            "a tensor" if a.kind in PACK_KINDS and not a.tensor
+            "a name" if a.kind == EXTERNAL and not a.name
+            else "a tensor" if a.kind in PACK_KINDS and not a.tensor
             else "buffer dimensions" if a.kind == "PackT" and not a.dims
             else "dimensions" if a.kind == "ScalP" and not a.dims
             else "a dimension" if a.kind not in (*PACK_KINDS, "ScalP") and not a.dim
@@ -398,11 +411,13 @@ def analyze(
                 vpos[0],
             )
 
-    # unrolls form a suffix (optionally followed by V)
-    first_u = next((p for p, a in enumerate(scheme) if a.kind in UNROLL_KINDS), None)
+    _check_external(scheme, vpos)
+
+    # unrolls form a suffix (optionally followed by V, or by an ExternalCall they give its tile)
+    first_u = next((p for p, a in enumerate(scheme) if a.kind in (*UNROLL_KINDS, EXTERNAL)), None)
     unroll_start = first_u if first_u is not None else (vpos[0] if vpos else len(scheme))
     for p in range(unroll_start, len(scheme)):
-        if scheme[p].kind not in (*UNROLL_KINDS, "V"):
+        if scheme[p].kind not in (*UNROLL_KINDS, "V", EXTERNAL):
             raise SchemeError(
                 "unroll-innermost",
                 "unroll atoms must come last (only U, Uλ or V may follow an unroll)",
@@ -422,10 +437,14 @@ def analyze(
                     rule, "R must appear at most once per dimension, as its outermost atom", a, p
                 )
             if a.kind in ("Texct", "Texctg") and (
-                i + 1 >= len(chain) or kinds[i + 1] not in ("Tvar", "Texctg")
+                i + 1 >= len(chain) or kinds[i + 1] not in ("Tvar", "Texctg", EXTERNAL)
             ):
                 raise SchemeError(
-                    "texct-chain", f"the next atom on {d} must be Tvar_{{..,{d}}} or Texctg_{{..,{d}}}", a, p
+                    "texct-chain",
+                    f"the next atom on {d} must be Tvar_{{..,{d}}}, Texctg_{{..,{d}}} "
+                    f"or ExternalCall_{{..,..,{d}}}",
+                    a,
+                    p,
                 )
             if a.kind in ("Tvar", "Texctg") and (i == 0 or kinds[i - 1] not in ("Texct", "Texctg")):
                 raise SchemeError(
@@ -481,6 +500,30 @@ def analyze(
     for binding in _lambda_bindings(scheme):
         _check_extents(analysis, dims, binding)
     return analysis
+
+
+def _check_external(scheme: Scheme, vpos: Sequence[int]) -> None:
+    """ExternalCall_{name,α,d} (thesis §3.5) replaces the microkernel: it is the last atom, once, with no
+    V; U atoms just above it (on other dimensions) set the fixed extents of the tile it computes."""
+    ext = [p for p, a in enumerate(scheme) if a.kind == EXTERNAL]
+    if not ext:
+        return
+    p = ext[0]
+    a = scheme[p]
+    if len(ext) > 1:
+        raise SchemeError("external-once", "at most one ExternalCall per scheme", scheme[ext[1]], ext[1])
+    if p != len(scheme) - 1:
+        why = f"an ExternalCall computes the innermost tile: it must come last, not {scheme[-1].text()}"
+        raise SchemeError("external-innermost", why, a, p)
+    if vpos:
+        why = "the external microkernel does its own vectorization: no V with an ExternalCall"
+        raise SchemeError("external-V", why, a, p)
+    for q, b in enumerate(scheme):
+        if b.kind == "ScalP":
+            raise SchemeError("external-scalp", "ScalP promotes accumulators the external call owns", a, p)
+        if b.kind in UNROLL_KINDS and b.dim == a.dim:
+            why = f"{b.text()} (position {q}) unrolls the call's flexible dimension {a.dim}: use a loop"
+            raise SchemeError("external-suffix", why, a, p)
 
 
 def _check_parallel(scheme: Scheme, dims: Sequence[str], output_dims: Sequence[str]) -> None:
