@@ -219,7 +219,10 @@ def test_cachegrind_counts_of_a_tiny_layer(tmp_path: Path) -> None:
         c = json.loads(row["counters"])
         assert c["Dr"] > 0 and c["Bc"] > 0 and row["counter_backend"] == "cachegrind"
     again = measure(algo("im2col"), w, tmp_path, HOST, tmp_path / "cache")
-    assert json.loads(again["counters"])["Dr"] == json.loads(rows[1]["counters"])["Dr"]
+    # repeatable up to a few accesses (library paths such as memcpy's depend on the buffers' addresses)
+    assert json.loads(again["counters"])["Dr"] == pytest.approx(
+        json.loads(rows[1]["counters"])["Dr"], rel=1e-3
+    )
 
 
 def _summary_rows(ratio: float, n: int = 6) -> pd.DataFrame:

@@ -6,7 +6,8 @@ executable and arguments as a timed run) under ``valgrind --tool=cachegrind --ca
 --branch-sim=yes``. The driver calls the kernel 2 + extra times (first call for the check, then the
 repetitions); two runs with 1 and 1 + EXTRA repetitions are subtracted, so the counts are those of
 EXTRA hot calls of the kernel alone (driver start-up, tensor loading and the first call's library
-initialisation cancel), divided by EXTRA. The simulated caches are fixed (L1d 32 KiB 8-way, LL 32 MiB
+initialisation cancel), divided by EXTRA. Counts repeat to within a few accesses (library paths such as
+memcpy's depend on buffer addresses). The simulated caches are fixed (L1d 32 KiB 8-way, LL 32 MiB
 16-way, 64 B lines) so the counts do not depend on the host; the thesis's "L3" is cachegrind's LL.
 
 Rows go to experiment ``yaconv_cachegrind`` with ``counter_backend = "cachegrind"``, the per-call counts
