@@ -177,7 +177,9 @@ def compilers(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
         verdict = verdict_of(results)
         table = config_table(part)
         fig = plot(part, f"§4.3 compiler study on {part['cpu_model'].iloc[0]}")
-        image, csv = _save(fig, table, out_dir, f"{NAME}-{fp}")
+        cols = ["microkernel", "cc", "opt", "fma", "hoist", "pct", "pct_peak_median_ci_low",
+                "pct_peak_median_ci_high", "flags", "label", "experiment"]  # fmt: skip
+        image, csv = _save(fig, part[cols], out_dir, f"{NAME}-{fp}")  # CSV: every plotted point
         ref = table[table["fma"] & table["hoist"]]
         best = ref.loc[ref["median_pct"].idxmax()] if len(ref) else None
         figures.append(

@@ -282,3 +282,24 @@ def test_wall_time_is_stored_and_reported(tmp_path: Path, monkeypatch: pytest.Mo
     assert "3 microkernels" in f.measured and "3059" in f.measured and len(f.table) == 2
     assert f.verdict in ("reproduced", "partial", "differs") and (fig_dir / Path(f.image).name).is_file()
     assert fig_microkernels.selection_cost(rows.assign(machine_fingerprint="other"), fig_dir) == []
+
+
+def test_study_takes_the_stored_selection_best_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    m = detect()
+    monkeypatch.setattr(mb, "run_microbench", fake_bench(reused=False))
+    said: list[str] = []
+    # nothing stored yet: the selection of the same profile runs first (and stores its rows and wall time)
+    mks = cs.study_microkernels(HOST_TARGET, "conv2d", 5, tmp_path, m, said.append, quick=True)
+    assert "harness microkernels --quick" in said[0]
+    record = mb.load_selection(HOST_TARGET, "conv2d", tmp_path / "cache", m)
+    assert record is not None and record["n_selected"] == 2  # the fake's 95% and 85%
+    assert mks == [mk.Microkernel.from_dict(d) for d in record["selected"]]
+    assert len(cs.study_microkernels(HOST_TARGET, "conv2d", 1, tmp_path, m, said.append)) == 1
+
+    # an empty selection (nothing reached the threshold): the best measured ones, and it says so
+    frame = fake_bench(reused=False)(mb.quick_set(HOST_TARGET))
+    mb.save_selection(frame, HOST_TARGET, "conv2d", 1000.0, tmp_path / "cache", m)
+    said.clear()
+    best = cs.study_microkernels(HOST_TARGET, "conv2d", 3, tmp_path, m, said.append)
+    assert [k.name for k in best] == list(frame.sort_values("pct_peak_median", ascending=False)["name"][:3])
+    assert said and "best measured" in said[0]
