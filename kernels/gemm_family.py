@@ -295,9 +295,22 @@ def space_entry(entry: Mapping[str, Any], workload: Workload, target: str) -> li
                         continue  # this shape does not split into whole tiles per thread: not expressible
                 else:
                     text = variant_scheme(variant, p, lanes, str(pack), str(stage))
+                options = dict(OPTIONS)
+                if (
+                    "scale" in entry
+                ):  # the model sweep: say in the label how far from the model (codegen ignores it)
+                    options["gemm_blocks"] = blocks_label(p, base)
                 if all(text != t for t, _ in out):  # "basic" ignores the blocks: once
-                    out.append((text, dict(OPTIONS)))
+                    out.append((text, options))
     return out
+
+
+def blocks_label(p: Params, model: Params) -> str:
+    """``model`` when (mc, nc, kc) are the model's, else each block's ratio to the model's ("mc*0.5 kc*2")."""
+    ratios = {k: getattr(p, k) / getattr(model, k) for k in ("mc", "nc", "kc")}
+    if all(r == 1 for r in ratios.values()):
+        return "model"
+    return " ".join(f"{k}*{r:.3g}" for k, r in ratios.items() if r != 1)
 
 
 def roles_table() -> dict[str, dict[str, str]]:
