@@ -123,7 +123,21 @@ def test_every_section_is_there(built: Path) -> None:
     assert 'id="prov-exp-extra"' in prov
 
 
-def _chromium(url: str, png: Path, profile: Path, height: int) -> subprocess.CompletedProcess[str]:
+#: Lists the elements sticking out of the window, into <pre id="overflow"> (read with --dump-dom).
+OVERFLOW_PROBE = """<script>
+var out = [], w = document.documentElement.clientWidth;
+document.querySelectorAll("body *").forEach(function (e) {
+  var r = e.getBoundingClientRect();
+  if (r.right > w + 1) out.push(e.tagName + "." + e.className + " right=" + Math.round(r.right));
+});
+var pre = document.createElement("pre"); pre.id = "overflow"; pre.textContent = out.join("\\n");
+document.body.appendChild(pre);
+</script>"""
+
+
+def _chromium(
+    url: str, png: Path, profile: Path, height: int, dump_dom: bool = False
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [
             str(CHROMIUM),
@@ -138,7 +152,7 @@ def _chromium(url: str, png: Path, profile: Path, height: int) -> subprocess.Com
             "--enable-logging=stderr",
             "--v=0",
             f"--user-data-dir={profile}",
-            f"--screenshot={png}",
+            "--dump-dom" if dump_dom else f"--screenshot={png}",
             f"--window-size=1280,{height}",
             url,
         ],
@@ -167,6 +181,15 @@ def test_html_renders_in_headless_chromium(built: Path, tmp_path: Path, page: st
     assert not console, console
     assert png.is_file() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     _not_blank(png)
+    # nothing is wider than a 1280 px window: the reader never scrolls sideways
+    probe = built.with_name(f"probe-{page}")
+    probe.write_text(
+        built.with_name(page).read_text(encoding="utf-8").replace("</body>", OVERFLOW_PROBE + "</body>")
+    )
+    dom = _chromium(probe.as_uri(), tmp_path / "probe.png", tmp_path / "profile", 1000, dump_dom=True)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    wide = re.search(r'<pre id="overflow">(.*?)</pre>', dom.stdout, re.S)
+    assert wide is not None and wide.group(1).strip() == "", wide and wide.group(1)[:2000]
     # every image of the page exists (Chromium does not log a missing <img>)
     html = built.with_name(page).read_text(encoding="utf-8")
     for src in re.findall(r'src="([^"]+)"', html):
