@@ -136,6 +136,9 @@ def yaconv_buffers(g: Geometry, b: Blocking, spill: str) -> dict[str, int]:
         "image": image_rows(g, b) * g.W * g.C * FLOAT,
         "filter": mc * kc * FLOAT,
         "tile": b.mr * b.nr * FLOAT,
+        "b_copy": kc
+        * b.nr
+        * FLOAT,  # an aligned copy of an image sub-panel (BLIS kernels preferring columns)
         "margins": (before + after) * g.OW * g.M * FLOAT,
     }
     if spill == "margins":  # our ABI hands over a dense output, so the margin buffer holds a whole copy
@@ -247,6 +250,7 @@ def our_microkernel(target: str) -> tuple[str, int, int]:
 
 _BLIS_UKR = r"""
 #include <blis.h>
+static float *yc_bcopy;  /* set by yaconv_conv: KC x NR floats, 64-byte aligned */
 static sgemm_ukr_ft blis_ukr;
 static cntx_t *blis_cntx;
 static int blis_ready(void) {
@@ -264,8 +268,9 @@ static inline int ukr_blis(long kdim, const float *img, const float *filt, float
   auxinfo_t aux;
   memset(&aux, 0, sizeof aux);
 #if BLIS_PREFERS_COLS
-  /* B = a sub-range of the image panel starting at k*NR floats: BLIS's kernels load B with aligned moves */
-  if ((uintptr_t)img % 64) return 8;
+  /* B = a sub-range of the image panel starting at s*NR floats, but BLIS's kernels load B with aligned
+     moves (skx: 64 bytes): when s*NR*4 is not a multiple of 64 (C not a multiple of 4), copy it first */
+  if ((uintptr_t)img % 64) { memcpy(yc_bcopy, img, sizeof(float) * (size_t)(kdim * UKR_NR_BLIS)); img = yc_bcopy; }
   /* A = filter panel (MR channels), B = image panel (NR rows): C column-stored, rs_c = 1, cs_c = ldc */
   bli_auxinfo_set_next_a((void *)filt, &aux); bli_auxinfo_set_next_b((void *)img, &aux);
   blis_ukr(UKR_MR_BLIS, UKR_NR_BLIS, kdim, &one, (float *)filt, (float *)img, &one, c, 1, ldc, &aux, blis_cntx);
@@ -298,11 +303,13 @@ int yaconv_conv(float *out, const float *img, const float *filt, long H, long W,
   float *imgbuf = ws;                                  /* NCI x W*C, panels of NR image rows */
   float *filtbuf = imgbuf + YC_ALIGN(NCI * WC);        /* MC x KC, panels of MR channels */
   float *tile = filtbuf + YC_ALIGN(MC * KC);           /* one MR x NR tile for the edges */
+  float *bcopy = tile + YC_ALIGN(YC_MR * YC_NR);       /* KC x NR: an aligned image sub-panel if needed */
+  YC_SET_BCOPY(bcopy);
   const long before = FH - 1 - PH > 0 ? FH - 1 - PH : 0;
   const long after = HR - 1 + PH - (OH - 1) > 0 ? HR - 1 + PH - (OH - 1) : 0;
   float *obase = out;
   if (margins) {                                       /* §5.2.1: spill rows before and after the output */
-    float *buf = tile + YC_ALIGN(YC_MR * YC_NR);
+    float *buf = bcopy + YC_ALIGN(KC * YC_NR);
     memset(buf, 0, sizeof(float) * (size_t)((before + OH + after) * ldc));
     obase = buf + before * ldc;
   }
@@ -380,7 +387,7 @@ def _blocking(candidate: Candidate) -> tuple[str, Blocking, str, tuple[str, ...]
             f"/* BLIS sgemm microkernel ({ctx['arch']} at render time: MR={mr_b} NR={nr_b}), {lib} */\n"
             f"#define UKR_MR_BLIS {mr_b}\n#define UKR_NR_BLIS {nr_b}\n#define BLIS_PREFERS_COLS {int(bool(ctx['prefers_cols']))}\n"
             + _BLIS_UKR
-            + "#define YC_UKR ukr_blis\n"
+            + "#define YC_UKR ukr_blis\n#define YC_SET_BCOPY(p) (yc_bcopy = (p))\n"
         )
         return ukr, blk, pre, (f"-I{inc}",), libs, "any"
     if ukr == "ours":
@@ -388,7 +395,16 @@ def _blocking(candidate: Candidate) -> tuple[str, Blocking, str, tuple[str, ...]
             raise ValueError(f"conv_algo ukr=ours: unknown target {target!r}; known: {sorted(OUR_UKR)}")
         code, nr, mr = our_microkernel(target)
         blk = Blocking(nr, mr, *(int(candidate.option(k, OUR_BLOCKS[k])) for k in ("mc", "kc", "nc")))  # type: ignore[call-overload]
-        return ukr, blk, "#include <immintrin.h>\n" + code + "#define YC_UKR ukr_ours\n", (), (), target
+        return (
+            ukr,
+            blk,
+            "#include <immintrin.h>\n"
+            + code
+            + "#define YC_UKR ukr_ours\n#define YC_SET_BCOPY(p) ((void)(p))\n",
+            (),
+            (),
+            target,
+        )
     raise ValueError(f"conv_algo yaconv: unknown ukr {ukr!r}; known: blis, ours")
 
 
