@@ -125,7 +125,6 @@ def test_yaconv_detects_a_wrong_blocking(libs) -> None:
         algo("yaconv", ukr="ours", target="avx2"),
         algo("yaconv", ukr="blis", spill="margins"),
         algo("im2col", gemm="blis"),
-        algo("im2col", gemm="openblas"),
         algo("im2col", gemm="ours", target="avx2"),
         algo("direct", target="avx2"),
     ],  # fmt: skip
