@@ -153,7 +153,7 @@ def im2col_buffers(workload: Workload) -> dict[str, int]:
     return {"patches": s["h"] * s["w"] * s["r"] * s["s"] * s["c"] * FLOAT}
 
 
-def _ws_bytes(parts: dict[str, int]) -> int:
+def workspace_total(parts: dict[str, int]) -> int:
     """Total with every buffer on a 1 KiB boundary, plus 64 bytes for aligning the start."""
     return 64 + sum(_round_up(v, ALIGN_FLOATS * FLOAT) for v in parts.values())
 
@@ -434,7 +434,9 @@ def render_yaconv(candidate: Candidate, workload: Workload) -> KernelSource:
         f"                     {blk.mc}, {blk.kc}, {blk.nc}, {int(spill == 'margins')}, (float *)workspace);\n}}\n"
     )
     # one extra MR x NR tile of slack: the buffers are laid out with 1 KiB alignment each
-    return KernelSource(code=code, target=target, cflags=cflags, libs=libs, workspace_bytes=_ws_bytes(parts))
+    return KernelSource(
+        code=code, target=target, cflags=cflags, libs=libs, workspace_bytes=workspace_total(parts)
+    )
 
 
 # -- im2col + GEMM -----------------------------------------------------------------------------------
@@ -479,7 +481,9 @@ def render_im2col(candidate: Candidate, workload: Workload) -> KernelSource:
             f"  float *const t[3] = {{tensors[0], patch, tensors[2]}};\n"
             f"  return gemm_kernel(t, patch + {_round_up(parts['patches'] // FLOAT, ALIGN_FLOATS)});\n}}\n"
         )
-        return KernelSource(code=code, target=g.target, cflags=g.cflags, workspace_bytes=_ws_bytes(parts))
+        return KernelSource(
+            code=code, target=g.target, cflags=g.cflags, workspace_bytes=workspace_total(parts)
+        )
     if gemm not in BLAS:
         raise ValueError(f"conv_algo im2col: unknown gemm {gemm!r}; known: ours, {', '.join(sorted(BLAS))}")
     lib = BLAS[gemm]
@@ -493,7 +497,7 @@ def render_im2col(candidate: Candidate, workload: Workload) -> KernelSource:
         "  float *c = tensors[0];\n  const float *a = patch, *b = tensors[2];\n"
         f"  {call}\n  return 0;\n}}\n"
     )
-    return KernelSource(code=code, target="any", libs=libs, workspace_bytes=_ws_bytes(parts))
+    return KernelSource(code=code, target="any", libs=libs, workspace_bytes=workspace_total(parts))
 
 
 def render_direct(candidate: Candidate, workload: Workload) -> KernelSource:

@@ -254,3 +254,22 @@ def test_fig5_3_verdict_follows_the_numbers(ratio: float, verdict: str, tmp_path
     assert figs[0].ours == pytest.approx(ratio)
     mem = fig_yaconv.memory(_summary_rows(ratio), tmp_path / "report" / "figures")
     assert len(mem) == 1 and mem[0].ours > 1  # im2col needs more temporary bytes on every layer
+
+
+def test_memory_figure_uses_the_rendered_workspace() -> None:
+    """The memory figure's formulas give exactly the renderer's workspace_bytes."""
+    from kernels.conv_algos import (
+        OUR_BLOCKS,
+        Blocking,
+        geometry,
+        im2col_buffers,
+        workspace_total,
+        yaconv_buffers,
+    )
+
+    w = conv(14, 14, 96, 208, 3)
+    ya = render_conv_algo(algo("yaconv", ukr="ours", target="avx2"), w).workspace_bytes
+    assert ya == workspace_total(yaconv_buffers(geometry(w), Blocking(6, 16, **OUR_BLOCKS), "tile"))
+    assert render_conv_algo(algo("im2col", gemm="blis"), w).workspace_bytes == workspace_total(
+        im2col_buffers(w)
+    )
