@@ -264,3 +264,98 @@ def test_space_entry_rejects_other_operators() -> None:
     conv = Workload.make("cv", "conv2d", {"h": 2, "w": 2, "k": 8, "c": 2, "r": 1, "s": 1})
     with pytest.raises(ValueError, match="matmul"):
         space_entry({"gemm_variant": "B3A2C0"}, conv, "avx2")
+
+
+# -- report figures: the verdicts follow the numbers -------------------------------------------------------
+def fig_rows(experiment: str, entries: list[tuple[str, str, str, float]]) -> list[dict]:
+    """Store rows (workload, kind, label, GFLOP/s) on the zen3 test machine (AVX2, 8 lanes)."""
+    from tests.test_report import FLOPS, make_row
+
+    return [
+        make_row(
+            candidate=f"{workload}-{label}",
+            label=label,
+            kind=kind,
+            experiment=experiment,
+            workload=workload,
+            times=[FLOPS / gflops] * 5,
+        )  # fmt: skip
+        for workload, kind, label, gflops in entries
+    ]
+
+
+def figures_of(rows: list[dict], tmp_path: Path, name: str) -> list:
+    from harness import analysis
+    from reports.figures import paper_figures
+    from tests.test_report import frame
+
+    return [f for f in paper_figures(analysis.summarize(frame(rows)), tmp_path) if f.name == name]
+
+
+def scheme_label(variant: str, mr: int, nr: int, kr: int = 4, **extra: str) -> str:
+    res = resident(variant)
+    p = Params(mc=48 if res != "A" else 32, nc=64, kc=32, mr=mr if res != "B" else 1, nr=nr, kr=kr)
+    options = ",".join([*(f"{k}={v}" for k, v in extra.items()), "partial=masked"])
+    return f"{variant_scheme(variant, p, 8)} ({options})"
+
+
+@pytest.mark.parametrize(("ours", "verdict"), [(30.0, "reproduced"), (10.0, "differs")])
+def test_fig16_verdict_follows_the_numbers(ours: float, verdict: str, tmp_path: Path) -> None:
+    rows = []
+    for wl in ("gemm_rn50_t02_b1", "gemm_rn50_t08_b1"):
+        rows += fig_rows("gemm_fig16", [
+            (wl, "scheme", scheme_label("B3A2C0", 4, 24), ours),
+            (wl, "scheme", scheme_label("B3A2C0", 6, 16), ours - 5),
+            (wl, "baseline", "blis", 20.0),
+        ])  # fmt: skip
+    (fig,) = figures_of(rows, tmp_path, "gemm_fig16")
+    assert fig.verdict == verdict and "4x24" in fig.measured
+    assert fig.ours == pytest.approx(1.0 if ours > 20 else 0.0)  # share of layers (weighted: 1 + 4 of 5)
+    assert {r["kernel"] for r in fig.table} == {"4x24"}
+
+
+@pytest.mark.parametrize(("resident_b", "verdict"), [(10.0, "reproduced"), (40.0, "differs")])
+def test_fig21_resident_c_against_resident_b(resident_b: float, verdict: str, tmp_path: Path) -> None:
+    rows = []
+    for wl in ("gemm_rn50_t02_b1", "gemm_rn50_t08_b1"):
+        rows += fig_rows("gemm_fig21", [
+            (wl, "scheme", scheme_label("B3A2C0", 6, 16), 30.0),
+            (wl, "scheme", scheme_label("A3B2C0", 6, 16), 29.0),
+            (wl, "scheme", scheme_label("A3C2B0", 1, 16), resident_b),
+            (wl, "scheme", scheme_label("C3A2B0", 1, 16), resident_b - 1),
+        ])  # fmt: skip
+    (fig,) = figures_of(rows, tmp_path, "gemm_fig21")
+    assert fig.verdict in ((verdict,) if verdict == "reproduced" else ("differs", "partial"))
+    assert fig.ours == pytest.approx(30.0 / resident_b)
+
+
+def test_model_figure_measures_the_gap_to_the_best_blocks(tmp_path: Path) -> None:
+    wl = "gemm_rn50_t08_b1"
+    model_label = scheme_label("B3A2C0", 6, 16, gemm_blocks="model")
+    other = scheme_label("B3A2C0", 6, 16, gemm_blocks="mc*0.5").replace("Texct_{48,i}", "Texct_{24,i}")
+    other = other.replace("Tvar_{48,i}", "Tvar_{24,i}")
+    (fig,) = figures_of(
+        fig_rows("gemm_model_sweep", [(wl, "scheme", model_label, 27.0), (wl, "scheme", other, 30.0)]),
+        tmp_path,
+        "gemm_model",
+    )
+    assert fig.ours == pytest.approx(10.0) and fig.verdict == "partial"
+    assert fig.table[0]["model (mc, nc, kc)"] == "48, 64, 32"
+
+
+def test_headline_compares_squares_and_layers_with_the_libraries(tmp_path: Path) -> None:
+    rows = fig_rows("gemm_family", [
+        ("gemm_square_512", "scheme", scheme_label("B3A2C0", 6, 16), 45.0),
+        ("gemm_square_512", "baseline", "openblas", 48.0),
+        ("gemm_rn50_t02_b1", "scheme", scheme_label("A3B2C0", 6, 16), 40.0),
+        ("gemm_rn50_t02_b1", "baseline", "openblas", 30.0),
+    ])  # fmt: skip
+    (fig,) = figures_of(rows, tmp_path, "gemm_headline")
+    assert fig.verdict == "reproduced" and fig.ours == pytest.approx(45.0 / 48.0)
+    assert any(r.get("variant") == "A3B2C0" and "scheme" in r for r in fig.table)  # schemes shown
+    slow = [dict(r) for r in rows]
+    (fig,) = figures_of(fig_rows("gemm_family", [
+        ("gemm_square_512", "scheme", scheme_label("B3A2C0", 6, 16), 30.0),
+        ("gemm_square_512", "baseline", "openblas", 48.0),
+    ]), tmp_path, "gemm_headline")  # fmt: skip
+    assert fig.verdict == "differs" and slow

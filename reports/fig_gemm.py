@@ -1,0 +1,530 @@
+"""Seed 002 (Alaejos et al., TOMS 2024), the GEMM family: Figs 13, 16, 19, 20, 21, the headline comparison
+with the libraries (Figs 16/22, issue 8's targets) and the cache model against the blocks around it.
+
+Rows come from ``harness run -m +sweeps=gemm_*`` (workflow/catalogue/gemm_family.yaml). Family schemes are
+recognized from their text (``kernels.gemm_family.identify``), libraries are the baseline rows. Every
+number is GFLOP/s (and % of calibrated peak) from the median time, per machine; ResNet50 layer types are
+weighted by their number of layers (Table 1) where the paper counts layers.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
+
+from reports.figures import CLAIMS, PaperFigure, _ok, _paper, _save, mean_ci  # noqa: E402
+
+LANES = {"avx2": 8, "avx512": 16}
+RESIDENT_C = ("B3A2C0", "A3B2C0")
+RESIDENT_B = ("A3C2B0", "C3A2B0")
+TIE = 0.10  # within 10%: the issue's "within 10%" on squares, and a "tie" elsewhere
+
+
+def _layer_counts() -> dict[int, int]:
+    from kernels.gemm_workloads import resnet50_types
+
+    return {t.type: len(t.layers) for t in resnet50_types()}
+
+
+def frame(summary: pd.DataFrame, experiment: str) -> pd.DataFrame:
+    """Ok rows of ``experiment`` with what the figures need: workload kind, layer type and its layer
+    count, library or family member (variant, mr, nr, pack, stage, parallel, blocks vs the model)."""
+    from kernels.gemm_family import identify
+
+    ok = _ok(summary, experiment)
+    if ok.empty:
+        return ok
+    counts = _layer_counts()
+    rows = []
+    for _, r in ok.iterrows():
+        label = str(r["label"])
+        text = re.sub(r" \(.*\)$", "", label)
+        layer = re.match(r"gemm_rn50_t(\d+)", str(r["workload"]))
+        square = re.match(r"gemm_square_(\d+)", str(r["workload"]))
+        d: dict[str, Any] = {
+            "fp": r["machine_fingerprint"],
+            "cpu_model": r["cpu_model"],
+            "timing_mode": r["timing_mode"],
+            "workload": r["workload"],
+            "layer_type": int(layer.group(1)) if layer else None,
+            "layers": counts.get(int(layer.group(1)), 1) if layer else 1,
+            "square": int(square.group(1)) if square else None,
+            "kind": r["candidate_kind"],
+            "label": label,
+            "text": text,
+            "gflops": float(r["gflops_median"]),
+            "flops": float(r["flops"]),
+            "pct": float(r["pct_peak_median"]),
+            "library": label if r["candidate_kind"] == "baseline" else None,
+        }
+        if r["candidate_kind"] == "scheme":
+            info = identify(text, LANES.get(str(r["target"]), 8)) or {}
+            d.update(
+                {k: info.get(k) for k in ("variant", "mr", "nr", "kr", "mc", "nc", "kc", "pack", "stage")}
+            )
+            d["parallel"] = "Tpar_" in text
+            blocks = re.search(r"gemm_blocks=([^,)]*)", label)
+            d["blocks"] = blocks.group(1) if blocks else None
+        rows.append(d)
+    return pd.DataFrame(rows)
+
+
+def _libs_best(part: pd.DataFrame) -> pd.DataFrame:
+    """Per workload, the best library (name and GFLOP/s)."""
+    libs = part[part["kind"] == "baseline"]
+    if libs.empty:
+        return pd.DataFrame(columns=["workload", "best library", "library GFLOP/s"])
+    best = libs.loc[libs.groupby("workload")["gflops"].idxmax()]
+    return best[["workload", "library", "gflops"]].rename(
+        columns={"library": "best library", "gflops": "library GFLOP/s"}
+    )
+
+
+def _verdict(holds: list[bool]) -> str:
+    return "reproduced" if holds and all(holds) else "partial" if any(holds) else "differs"
+
+
+# -- Fig 13: the generator ladder --------------------------------------------------------------------------
+def fig13(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
+    name = "gemm_fig13"
+    data = frame(summary, CLAIMS[name]["experiment"])
+    figures = []
+    for (fp, wl), part in data.groupby(["fp", "workload"]) if not data.empty else []:
+        stages = part[part["kind"] == "scheme"].dropna(subset=["stage"])
+        stages = stages.loc[stages.groupby("stage")["gflops"].idxmax()]
+        order = [
+            s for s in ("basic", "blocked", "packed", "ukernel", "optimized") if s in set(stages["stage"])
+        ]
+        if "optimized" not in order:
+            continue
+        libs = part[part["kind"] == "baseline"]
+        fig, ax = plt.subplots(figsize=(8, 4))
+        sns.barplot(data=stages, x="stage", y="gflops", order=order, color="#2b6cb0", ax=ax)
+        for (_, lib), color in zip(libs.iterrows(), sns.color_palette("Set1"), strict=False):
+            ax.axhline(lib["gflops"], ls="--", c=color, lw=1, label=lib["library"])
+        ax.set(xlabel=f"generator stage ({wl})", ylabel="GFLOP/s (median)")
+        if not libs.empty:
+            ax.legend(fontsize=8)
+        table = pd.concat(
+            [
+                stages[["stage", "gflops", "pct", "text"]],
+                libs.assign(stage=libs["library"])[["stage", "gflops", "pct", "text"]],
+            ]
+        )
+        image, csv = _save(fig, table, out_dir, f"{name}-{wl}-{fp}")
+        g = stages.set_index("stage")["gflops"]
+        opt = float(g["optimized"])
+        blis = libs[libs["library"] == "blis"]
+        ref = (
+            float(blis["gflops"].iloc[0])
+            if not blis.empty
+            else (float(libs["gflops"].max()) if len(libs) else None)
+        )
+        ref_name = (
+            "blis"
+            if not blis.empty
+            else (str(libs.loc[libs["gflops"].idxmax(), "library"]) if len(libs) else "")
+        )
+        jump = opt / float(g["packed"]) if "packed" in g else None
+        holds = []
+        if ref:
+            holds.append(opt >= (1 - TIE) * ref)
+        if jump is not None:
+            holds.append(jump >= 2.0)
+        measured = f"{wl}: optimized {opt:.1f} GFLOP/s" + (f", {ref_name} {ref:.1f}" if ref else "")
+        measured += f"; optimized / packed x{jump:.1f}" if jump else ""
+        measured += "; " + ", ".join(f"{s} {g[s]:.1f}" for s in order)
+        figures.append(
+            _paper(
+                name,
+                fp,
+                part,
+                measured=measured,
+                verdict=_verdict(holds),
+                statistic="median GFLOP/s of the best scheme of each stage; reproduced if optimized "
+                "is within "
+                "10% of BLIS (else the best library) and the micro-kernel + vectorization steps give at "
+                "least x2 over packed, partial if one holds",
+                image=image,
+                csv=csv,
+                table=table.round(2).to_dict("records"),
+                ours=opt / ref if ref else None,
+                paper_value=1.0,
+                unit=f"x (optimized / {ref_name})" if ref else "",
+            )
+        )
+    return figures
+
+
+# -- Fig 16: best microkernel per layer type ---------------------------------------------------------------
+def fig16(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
+    name = "gemm_fig16"
+    meta = CLAIMS[name]
+    data = frame(summary, meta["experiment"])
+    figures = []
+    for fp, part in data.groupby("fp") if not data.empty else []:
+        part = part.dropna(subset=["layer_type"])
+        ours = part[(part["kind"] == "scheme") & part["mr"].notna()]
+        if ours.empty:
+            continue
+        best = ours.loc[ours.groupby("workload")["gflops"].idxmax()]
+        best = best.assign(kernel=[f"{int(a)}x{int(b)}" for a, b in zip(best["mr"], best["nr"], strict=True)])
+        table = best[["workload", "layer_type", "layers", "kernel", "gflops", "pct"]].merge(
+            _libs_best(part), on="workload", how="left"
+        )
+        table["ratio"] = table["gflops"] / table["library GFLOP/s"]
+        table = table.sort_values("layer_type")
+        long = pd.concat(
+            [
+                table.assign(who="best mr x nr")[["layer_type", "who", "gflops"]],
+                table.assign(who="best library", gflops=table["library GFLOP/s"])[
+                    ["layer_type", "who", "gflops"]
+                ],
+            ]
+        ).dropna()
+        fig, ax = plt.subplots(figsize=(11, 4.5))
+        sns.barplot(data=long, x="layer_type", y="gflops", hue="who", ax=ax, palette=["#2b6cb0", "#bbbbbb"])
+        for n, (_, r) in enumerate(table.iterrows()):
+            ax.text(n - 0.2, r["gflops"], r["kernel"], rotation=90, ha="center", va="bottom", fontsize=7)
+        ax.set(xlabel="ResNet50 v1.5 layer type (Table 1)", ylabel="GFLOP/s (median)")
+        image, csv = _save(fig, table, out_dir, f"{name}-{fp}")
+        measured_rows = table.dropna(subset=["ratio"])
+        won = measured_rows[measured_rows["ratio"] >= 1.0]
+        n_layers, n_won = int(measured_rows["layers"].sum()), int(won["layers"].sum())
+        rect = measured_rows[measured_rows["layer_type"] <= 11]  # m >= 100,352 at batch 128: the paper's wins
+        holds = [bool((rect["ratio"] >= 1.0).mean() >= 0.8)] if len(rect) else []
+        if len(measured_rows):
+            holds.append(n_won / max(n_layers, 1) >= 0.5)
+        share = n_won / n_layers if n_layers else float("nan")
+        figures.append(
+            _paper(
+                name,
+                fp,
+                part,
+                measured=f"best mr x nr at or above the best library on {n_won} of {n_layers} layers "
+                f"({len(won)} of {len(measured_rows)} types); median ratio "
+                f"{measured_rows['ratio'].median():.2f}; "
+                f"winning kernels: {', '.join(sorted(set(table['kernel'])))}",
+                verdict=_verdict(holds),
+                statistic="per layer type the best mr x nr (median GFLOP/s) over the best library; layers "
+                "weighted by Table 1's layer counts; reproduced if at or above on >= 80% of the rectangular "
+                "types (1-11) measured and on at least half the layers, partial if one holds",
+                image=image,
+                csv=csv,
+                table=table.round(3).to_dict("records"),
+                ours=share,
+                paper_value=meta["paper_numbers"]["layers_won"] / meta["paper_numbers"]["layers"],
+                unit="share of layers at or above the best library",
+            )
+        )
+    return figures
+
+
+# -- Fig 19: packing ----------------------------------------------------------------------------------------
+def fig19(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
+    name = "gemm_fig19"
+    data = frame(summary, CLAIMS[name]["experiment"])
+    figures = []
+    for fp, part in data.groupby("fp") if not data.empty else []:
+        ours = part[(part["kind"] == "scheme") & part["pack"].notna()]
+        if ours.empty:
+            continue
+        wide = ours.pivot_table(index="workload", columns="pack", values="gflops", aggfunc="max")
+        if "both" not in wide:
+            continue
+        wide = wide.reset_index()
+        wide["square"] = wide["workload"].str.startswith("gemm_square")
+        others = [c for c in ("A", "B", "none") if c in wide]
+        wide["best partial packing / both"] = (
+            wide[others].max(axis=1) / wide["both"] if others else float("nan")
+        )
+        long = ours.assign(pack=ours["pack"].astype(str))
+        fig, ax = plt.subplots(figsize=(10, 4.5))
+        sns.barplot(
+            data=long, x="workload", y="gflops", hue="pack", hue_order=["both", "A", "B", "none"], ax=ax
+        )
+        ax.tick_params(axis="x", rotation=60)
+        ax.set(xlabel="", ylabel="GFLOP/s (median)")
+        image, csv = _save(fig, wide, out_dir, f"{name}-{fp}")
+        sq, rn = wide[wide["square"]], wide[~wide["square"]]
+        holds = []
+        if len(sq):  # packing does not pay on small squares: not packing both is at least as fast
+            holds.append(bool((sq["best partial packing / both"] >= 1.0).all()))
+        if len(rn) and "none" in rn:  # packing pays on the layers: both beats none on most
+            holds.append(bool((rn["both"] >= rn["none"]).mean() >= 0.5))
+        figures.append(
+            _paper(
+                name,
+                fp,
+                part,
+                measured=f"small squares: best partial packing / both = "
+                f"{', '.join(f'{v:.2f}' for v in sq['best partial packing / both'])}; layers: both "
+                f">= none on "
+                f"{int((rn['both'] >= rn.get('none', rn['both'])).sum())} of {len(rn)}",
+                verdict=_verdict(holds),
+                statistic="median GFLOP/s per packing configuration; reproduced if on every small "
+                "square some "
+                "configuration packing less is at least as fast as packing both, and on most layers packing "
+                "both beats packing none; partial if one holds",
+                image=image,
+                csv=csv,
+                table=wide.round(3).to_dict("records"),
+                ours=float(rn["best partial packing / both"].median()) if len(rn) else None,
+                unit="median over layers of best partial packing / both",
+            )
+        )
+    return figures
+
+
+# -- Fig 20: parallel loop ---------------------------------------------------------------------------------
+def fig20(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
+    name = "gemm_fig20"
+    data = frame(summary, CLAIMS[name]["experiment"])
+    figures = []
+    for fp, part in data.groupby("fp") if not data.empty else []:
+        ours = part[(part["kind"] == "scheme") & part["variant"].notna()].copy()
+        ours["loop"] = [
+            ("jc" if v == "B3A2C0" else "ic") if par else "sequential"
+            for v, par in zip(ours["variant"], ours["parallel"], strict=True)
+        ]
+        wide = ours.pivot_table(index="workload", columns="loop", values="gflops", aggfunc="max")
+        if "sequential" not in wide or not ({"jc", "ic"} & set(wide)):
+            continue
+        loops = [c for c in ("jc", "ic") if c in wide]
+        for c in loops:
+            wide[f"{c} speed-up"] = wide[c] / wide["sequential"]
+        wide["best loop"] = wide[loops].idxmax(axis=1)
+        wide = wide.reset_index()
+        long = wide.melt(
+            id_vars="workload", value_vars=[f"{c} speed-up" for c in loops], value_name="speed-up"
+        )
+        fig, ax = plt.subplots(figsize=(10, 4.5))
+        sns.barplot(data=long, x="workload", y="speed-up", hue="loop", ax=ax)
+        ax.axhline(1.0, c="#888", lw=1)
+        ax.tick_params(axis="x", rotation=60)
+        ax.set(xlabel="", ylabel="speed-up over sequential B3A2C0 (2 threads)")
+        image, csv = _save(fig, wide, out_dir, f"{name}-{fp}")
+        winners = wide["best loop"].value_counts().to_dict()
+        top = wide[[f"{c} speed-up" for c in loops]].max(axis=1)
+        holds = [bool((top > 1.0).mean() >= 0.5), len(winners) >= 2]
+        figures.append(
+            _paper(
+                name,
+                fp,
+                part,
+                measured=f"best loop per layer: {winners}; best speed-up median {top.median():.2f} "
+                f"(min {top.min():.2f}, max {top.max():.2f})",
+                verdict=_verdict(holds),
+                statistic="median GFLOP/s with 2 threads over sequential B3A2C0 per layer; reproduced if the "
+                "parallel loop speeds up most layers and the best loop alternates (both win somewhere), "
+                "partial if one holds. Only jc and ic are expressible (outermost Tpar)",
+                image=image,
+                csv=csv,
+                table=wide.round(3).to_dict("records"),
+                ours=float(top.median()),
+                unit="median best speed-up on 2 threads",
+            )
+        )
+    return figures
+
+
+# -- Fig 21: family members ----------------------------------------------------------------------------------
+def fig21(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
+    name = "gemm_fig21"
+    data = frame(summary, CLAIMS[name]["experiment"])
+    figures = []
+    for fp, part in data.groupby("fp") if not data.empty else []:
+        ours = part[(part["kind"] == "scheme") & part["variant"].notna()]
+        wide = ours.pivot_table(index="workload", columns="variant", values="gflops", aggfunc="max")
+        c_cols, b_cols = [v for v in RESIDENT_C if v in wide], [v for v in RESIDENT_B if v in wide]
+        if not c_cols or not b_cols:
+            continue
+        wide["resident C / resident B"] = wide[c_cols].max(axis=1) / wide[b_cols].max(axis=1)
+        if len(c_cols) == 2:
+            wide["B3A2C0 / A3B2C0"] = wide["B3A2C0"] / wide["A3B2C0"]
+        wide = wide.reset_index()
+        fig, ax = plt.subplots(figsize=(10, 4.5))
+        sns.barplot(data=ours, x="workload", y="gflops", hue="variant", ax=ax)
+        ax.tick_params(axis="x", rotation=60)
+        ax.set(xlabel="", ylabel="GFLOP/s (median)")
+        image, csv = _save(fig, wide, out_dir, f"{name}-{fp}")
+        cb = wide["resident C / resident B"]
+        holds = [bool((cb >= 1 + TIE).mean() >= 0.9)]
+        if "B3A2C0 / A3B2C0" in wide:
+            twin = wide["B3A2C0 / A3B2C0"]
+            holds.append(
+                bool(((twin - 1).abs() <= TIE).mean() >= 0.5 or ((twin > 1).any() and (twin < 1).any()))
+            )
+        lo, hi = mean_ci(cb)
+        figures.append(
+            _paper(
+                name,
+                fp,
+                part,
+                measured=f"best resident C / best resident B: median x{cb.median():.2f} (min {cb.min():.2f}) "
+                f"over {len(cb)} layers"
+                + (
+                    f"; B3A2C0 / A3B2C0 median {wide['B3A2C0 / A3B2C0'].median():.2f}"
+                    if "B3A2C0 / A3B2C0" in wide
+                    else ""
+                ),
+                verdict=_verdict(holds),
+                statistic="median GFLOP/s per variant and layer; reproduced if resident C beats "
+                "resident B by "
+                ">= 10% on >= 90% of the layers and the twins are within 10% on half of them (or each wins "
+                "somewhere); partial if one holds",
+                image=image,
+                csv=csv,
+                table=wide.round(3).to_dict("records"),
+                ours=float(cb.median()),
+                ours_ci=(lo, hi),
+                unit="x (best resident C / best resident B, median)",
+            )
+        )
+    return figures
+
+
+# -- headline: the family vs the libraries -------------------------------------------------------------------
+def headline(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
+    from kernels.gemm_family import roles_table
+
+    name = "gemm_headline"
+    meta = CLAIMS[name]
+    data = frame(summary, meta["experiment"])
+    figures = []
+    for fp, part in data.groupby("fp") if not data.empty else []:
+        ours = part[(part["kind"] == "scheme") & part["variant"].notna()]
+        if ours.empty:
+            continue
+        best = ours.loc[ours.groupby("workload")["gflops"].idxmax()]
+        table = best[["workload", "square", "layer_type", "layers", "variant", "gflops", "pct"]].merge(
+            _libs_best(part), on="workload", how="left"
+        )
+        table["ratio"] = table["gflops"] / table["library GFLOP/s"]
+        fig, ax = plt.subplots(figsize=(11, 4.5))
+        show = pd.concat(
+            [
+                ours.assign(who=ours["variant"]),
+                part[part["kind"] == "baseline"].assign(who=lambda d: d["library"]),
+            ]
+        )
+        sns.barplot(data=show, x="workload", y="pct", hue="who", ax=ax)
+        ax.tick_params(axis="x", rotation=60)
+        ax.set(xlabel="", ylabel="% of calibrated peak (median)")
+        ax.legend(fontsize=7, ncol=2)
+        image, csv = _save(fig, table, out_dir, f"{name}-{fp}")
+        sq = table[table["square"].notna()].dropna(subset=["ratio"])
+        rect = table[table["layer_type"].notna() & (table["layer_type"] <= 11)].dropna(subset=["ratio"])
+        holds = []
+        if len(sq):
+            holds.append(bool((sq["ratio"] >= meta["paper_numbers"]["square_tolerance"]).all()))
+        if len(rect):
+            holds.append(bool((rect["ratio"] >= 1.0).all()))
+        # the report shows each variant's scheme, as generated for the largest workload it ran on
+        roles = roles_table()
+        schemes = [
+            {"variant": v, **roles[v], "workload": r["workload"], "scheme": r["text"]}
+            for v, rows in ours.sort_values("flops", ascending=False).groupby("variant", sort=False)
+            for r in [rows.iloc[0]]
+        ]
+        figures.append(
+            _paper(
+                name,
+                fp,
+                part,
+                measured=f"squares: best variant / best library "
+                f"{', '.join(f'{r:.2f}' for r in sq['ratio'])}; "
+                f"rectangular layer types (1-11): {int((rect['ratio'] >= 1).sum())} of {len(rect)} "
+                f"at or above",
+                verdict=_verdict(holds),
+                statistic="median GFLOP/s, best family member (model blocks, default tile) over the "
+                "best library "
+                "per workload; reproduced if within 10% on every square and at or above on every rectangular "
+                "layer type measured, partial if one holds. Table: per workload, then each variant's scheme",
+                image=image,
+                csv=csv,
+                table=table.round(3).to_dict("records") + schemes,
+                ours=float(sq["ratio"].min()) if len(sq) else None,
+                paper_value=meta["paper_numbers"]["square_ratio"],
+                unit="x (best variant / best library, worst square)",
+            )
+        )
+    return figures
+
+
+# -- the cache model vs the blocks around it --------------------------------------------------------------
+def model(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
+    name = "gemm_model"
+    meta = CLAIMS[name]
+    data = frame(summary, meta["experiment"])
+    figures = []
+    for fp, part in data.groupby("fp") if not data.empty else []:
+        ours = part[(part["kind"] == "scheme") & part["blocks"].notna()]
+        rows = []
+        for wl, w in ours.groupby("workload"):
+            chosen = w[w["blocks"] == "model"]
+            if chosen.empty:
+                continue
+            top = w.loc[w["gflops"].idxmax()]
+            m = float(chosen["gflops"].max())
+            rows.append(
+                {
+                    "workload": wl,
+                    "model GFLOP/s": m,
+                    "best GFLOP/s": float(top["gflops"]),
+                    "best blocks": top["blocks"],
+                    "model (mc, nc, kc)": ", ".join(str(int(chosen[b].iloc[0])) for b in ("mc", "nc", "kc")),
+                    "gap %": 100.0 * (float(top["gflops"]) - m) / float(top["gflops"]),
+                    "candidates": len(w),
+                }
+            )
+        if not rows:
+            continue
+        table = pd.DataFrame(rows)
+        fig, ax = plt.subplots(figsize=(9, 4))
+        sns.stripplot(data=ours, x="workload", y="gflops", color="#888", ax=ax, size=4)
+        sns.stripplot(
+            data=ours[ours["blocks"] == "model"],
+            x="workload",
+            y="gflops",
+            color="#c53030",
+            ax=ax,
+            size=9,
+            marker="D",
+        )
+        ax.set(xlabel="", ylabel="GFLOP/s (median); red: the model's blocks")
+        image, csv = _save(fig, table, out_dir, f"{name}-{fp}")
+        worst = float(table["gap %"].max())
+        near, part_limit = meta["paper_numbers"]["near"], meta["paper_numbers"]["partial"]
+        verdict = "reproduced" if worst <= near else "partial" if worst <= part_limit else "differs"
+        figures.append(
+            _paper(
+                name,
+                fp,
+                part,
+                measured=f"the model's blocks are {', '.join(f'{g:.1f}%' for g in table['gap %'])} "
+                f"below the best "
+                f"blocks around them ({', '.join(table['workload'])})",
+                verdict=verdict,
+                statistic=f"median GFLOP/s of the model's (mc, nc, kc) vs the best of the blocks swept "
+                f"around it (x0.25..x2); reproduced if within {near:g}% on every workload, partial within "
+                f"{part_limit:g}%",
+                image=image,
+                csv=csv,
+                table=table.round(2).to_dict("records"),
+                ours=worst,
+                unit="% below the best blocks (worst workload)",
+            )
+        )
+    return figures
+
+
+FIGURES = [fig13, fig16, fig19, fig20, fig21, headline, model]
