@@ -347,13 +347,21 @@ Builder = Callable[[pd.DataFrame, Path], list[PaperFigure]]
 FIGURES: list[Builder] = [hoisting, microkernel_slice, small_matmul]
 
 
-def all_builders() -> list[Builder]:
-    """This module's figures, then those of every ``reports/fig_*.py`` plug-in (sorted by module name)."""
+def all_builders(errors: list[tuple[str, str]] | None = None) -> list[Builder]:
+    """This module's figures, then those of every ``reports/fig_*.py`` plug-in (sorted by module name).
+
+    With ``errors`` (a list), a plug-in that cannot be imported is recorded there and skipped.
+    """
     builders = list(FIGURES)
     package = Path(__file__).parent
     for info in sorted(pkgutil.iter_modules([str(package)]), key=lambda m: m.name):
         if info.name.startswith("fig_"):
-            builders += importlib.import_module(f"reports.{info.name}").FIGURES
+            try:
+                builders += importlib.import_module(f"reports.{info.name}").FIGURES
+            except Exception as exc:
+                if errors is None:
+                    raise
+                errors.append((f"reports.{info.name}", f"{type(exc).__name__}: {exc}"))
     return builders
 
 
@@ -368,7 +376,7 @@ def paper_figures(
     if summary.empty:
         return []
     figures = []
-    for build in all_builders():
+    for build in all_builders() if errors is None else all_builders(errors):
         try:
             figures += build(summary, out_dir)
         except Exception as exc:

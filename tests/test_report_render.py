@@ -226,10 +226,38 @@ def test_a_broken_figure_builder_is_reported_not_fatal(
         raise KeyError("column_that_does_not_exist")
 
     builders = figures.all_builders()
-    monkeypatch.setattr(figures, "all_builders", lambda: [broken, *builders])
+    monkeypatch.setattr(figures, "all_builders", lambda errors=None: [broken, *builders])
     results = tmp_path / "results"
     for row in hoist_rows(90.0, 40.0):
         store.write_row(results, row)
     html = report.build_report(results, tmp_path / "report").read_text(encoding="utf-8")
     assert "1 figure builder failed" in html and "column_that_does_not_exist" in html
     assert len(sections(html)) == 1  # the other figures are still there
+
+
+def test_a_plugin_that_cannot_be_imported_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Simulated (never a file in reports/: the tree is shared with running builds)."""
+    import importlib
+    import pkgutil
+
+    import reports.figures as figures
+
+    fake = "fig_zz_cannot_import"
+    modules = list(pkgutil.iter_modules([str(Path(figures.__file__).parent)]))
+    real_import = importlib.import_module
+
+    def import_module(name: str, *args: object) -> object:
+        if name == f"reports.{fake}":
+            raise ImportError("No module named 'module_that_does_not_exist_anywhere'")
+        return real_import(name, *args)
+
+    monkeypatch.setattr(pkgutil, "iter_modules", lambda path=None: [*modules, modules[0]._replace(name=fake)])
+    monkeypatch.setattr(importlib, "import_module", import_module)
+    errors: list[tuple[str, str]] = []
+    builders = figures.all_builders(errors)
+    assert errors == [
+        (f"reports.{fake}", "ImportError: No module named 'module_that_does_not_exist_anywhere'")
+    ]
+    assert figures.hoisting in builders  # the others still load
+    with pytest.raises(ImportError):
+        figures.all_builders()
