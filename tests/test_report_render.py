@@ -95,7 +95,7 @@ def test_every_section_is_there(built: Path) -> None:
     # the verdict table first, one line per figure and machine, each linking to its section
     verdicts = html.split('<section id="verdicts">')[1].split("</section>")[0]
     figs = sections(html)
-    assert len(figs) == 3  # hoisting on two machines, Fig 5.6 on one
+    assert len(figs) >= 3  # hoisting on two machines, Fig 5.6 on one (other plug-ins may add theirs)
     for anchor in figs:
         assert f'href="#{anchor}"' in verdicts
     assert verdicts.count("<tr>") == 1 + len(figs)
@@ -232,7 +232,7 @@ def test_a_broken_figure_builder_is_reported_not_fatal(
         store.write_row(results, row)
     html = report.build_report(results, tmp_path / "report").read_text(encoding="utf-8")
     assert "1 figure builder failed" in html and "column_that_does_not_exist" in html
-    assert len(sections(html)) == 1  # the other figures are still there
+    section(html, "ttile_s4_3_hoisting", "AMD EPYC 7B13")  # the other figures are still there
 
 
 def test_a_plugin_that_cannot_be_imported_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
