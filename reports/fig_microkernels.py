@@ -11,7 +11,8 @@ Two figures per machine:
 
 Figure builders only receive the summary and the figure directory, so the selection files are looked up in
 the ``cache`` directory of the results the report is built from: the first ``cache`` folder above the
-figure directory (``<results>/report/figures`` -> ``<results>/cache``), else ``results/cache``.
+figure directory (``<results>/report/figures`` -> ``<results>/cache``); a report written outside its
+results directory (``--out`` elsewhere) has no cost section.
 """
 
 from __future__ import annotations
@@ -129,8 +130,8 @@ def best_microkernel(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
 # -- the cost of enumeration, benchmark and selection ----------------------------------------------------
 def cache_dirs(out_dir: Path) -> list[Path]:
     """Where the selection files of the report's results are: ``cache`` above the figure directory."""
-    out = [p / "cache" for p in Path(out_dir).resolve().parents[:3]]
-    return [p for p in [*out, Path("results/cache").resolve()] if p.is_dir()]
+    # no fallback to ./results/cache: a report must not show the cost measured for other results
+    return [p / "cache" for p in Path(out_dir).resolve().parents[:3] if (p / "cache").is_dir()]
 
 
 def load_wall_times(out_dir: Path) -> pd.DataFrame:
