@@ -258,7 +258,8 @@ def best_vs_onednn(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
                 "reproduced" if majority and all_nets else "partial" if majority or nets_above else "differs"
             )
             ours = won / len(both)
-            measured = f"best of 100 beats oneDNN on {won}/{len(both)} layers; weighted averages "
+            draws = f"{int(table['draws'].min())}-{int(table['draws'].max())} draws per layer"
+            measured = f"best of 100 ({draws}) beats oneDNN on {won}/{len(both)} layers; weighted averages "
             measured += "; ".join(
                 f"{a['network']}: {a['best of 100']:.1f}% (of 1000: {a['best of 1000']:.1f}%) vs oneDNN "
                 f"{a['onednn']:.1f}%" for a in averages)  # fmt: skip
@@ -301,7 +302,8 @@ def convergence(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
         best_first = r[r["index"] < first].groupby(["strategy", "seed"])["perf0"].max().reset_index()
         fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
         data = [best_first.loc[best_first["strategy"] == s, "perf0"].to_numpy() for s in exps]
-        a1.boxplot(data, labels=list(exps))
+        a1.boxplot(data)
+        a1.set_xticks(range(1, len(exps) + 1), list(exps))
         a1.set(ylabel=f"best of the first {first} (% of peak)", title="per run")
         for (strat, seed), g in r.groupby(["strategy", "seed"]):
             a2.plot(g["index"] + 1, g["best so far"], color="#2b6cb0" if strat == "random" else "#c53030",

@@ -78,3 +78,75 @@ def test_best_of_first_and_weighted_average() -> None:
     assert dist.best_of_first([5.0, float("nan"), 9.0, 30.0], 3) == 9.0
     perf = {"a": 50.0, "b": 80.0, "c": float("nan")}
     assert dist.weighted_average(perf, {"a": 3, "b": 1, "c": 100}) == pytest.approx((150 + 80) / 4)
+
+
+# -- the conv DSE figures follow the numbers (synthetic summaries, no measurement) ---------------------------
+def _summary(
+    experiment: str,
+    workload: str,
+    perfs: list[float],
+    kind: str = "scheme",
+    texts: list[str] | None = None,
+    seed: int = 0,
+    fp: str = "m1",
+):  # noqa: ANN202
+    import json
+
+    import pandas as pd
+
+    texts = texts or [f"[T_{{{i},c}}]" for i in range(len(perfs))]
+    return pd.DataFrame({
+        "experiment": experiment, "machine_fingerprint": fp, "workload": workload, "cpu_model": "cpu",
+        "candidate_key": [f"{experiment}-{workload}-{kind}-{seed}-{i}" for i in range(len(perfs))],
+        "timing_mode": "hot", "label": texts, "candidate_text": texts, "candidate_kind": kind, "status": "ok",
+        "pct_peak_median": perfs, "flops": 2.0e9, "search_strategy": "random",
+        "search_runs": [json.dumps([[seed, i]]) for i in range(len(perfs))],
+    })  # fmt: skip
+
+
+def test_fig6_3_verdict_follows_the_comparison_with_onednn(tmp_path) -> None:  # noqa: ANN001
+    import pandas as pd
+
+    from reports import fig_conv_dse as fig
+
+    def verdict(ours: float, onednn: float) -> str:
+        parts = []
+        for layer in ("yolo9000_12", "resnet18_02"):
+            parts.append(_summary(fig.RANDOM, layer, [ours - 10, ours, ours - 5]))
+            parts.append(_summary(fig.RANDOM, layer, [onednn], kind="baseline", texts=["onednn"]))
+        (f,) = fig.best_vs_onednn(pd.concat(parts, ignore_index=True), tmp_path)
+        return f.verdict
+
+    assert verdict(80.0, 60.0) == "reproduced"
+    assert verdict(50.0, 60.0) == "differs"
+
+
+def test_single_vs_forced_and_convergence_verdicts(tmp_path) -> None:  # noqa: ANN001
+    import pandas as pd
+
+    from reports import fig_conv_dse as fig
+
+    combined = _summary(fig.RANDOM, "yolo9000_18", [80.0, 85.0], texts=["[λ_seq_w.[(1,5),(2,6)], Uλ_w]"] * 2)
+    forced = _summary("ttile_conv_u17h", "yolo9000_18", [60.0, 68.0])
+    (f,) = fig.single_vs_all(pd.concat([combined, forced], ignore_index=True), tmp_path)
+    assert f.verdict == "reproduced" and f.ours == 17.0
+    forced = _summary("ttile_conv_u17h", "yolo9000_18", [90.0])
+    (f,) = fig.single_vs_all(pd.concat([combined, forced], ignore_index=True), tmp_path)
+    assert f.verdict == "differs"
+
+    def conv(random_best: float, optuna_best: float) -> str:
+        parts = [
+            _summary("ttile_conv_convergence_random", "yolo9000_12", [10.0, random_best], seed=s)
+            for s in (0, 1)
+        ]
+        parts += [
+            _summary("ttile_conv_convergence_optuna", "yolo9000_12", [optuna_best, 5.0], seed=s)
+            for s in (0, 1)
+        ]
+        for i, p in enumerate(parts):  # distinct candidates per run
+            p["candidate_key"] = p["candidate_key"] + f"-{i}"
+        (f,) = fig.convergence(pd.concat(parts, ignore_index=True), tmp_path)
+        return f.verdict
+
+    assert conv(80.0, 60.0) == "reproduced"
+    assert conv(40.0, 70.0) == "differs"
