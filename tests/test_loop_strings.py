@@ -149,3 +149,44 @@ def test_a_wrong_nest_is_caught(shared_cache: Path) -> None:
     assert res.status == "ok"
     assert not check_output(w, tensors, res.output, CheckConfig(full_below=10**6), 0).passed
     assert np.isfinite(res.output).all()
+
+
+# -- the performance model (§II-E) ----------------------------------------------------------------------
+def test_model_threads_cover_every_body_once() -> None:
+    from harness import parlooper_model as pm
+
+    specs = {"a": lsm.LoopSpec(0, 4, 2), "b": lsm.LoopSpec(0, 8, 1, (4, 2)), "c": lsm.LoopSpec(0, 6, 1, (3,))}
+    serial = sorted(tuple(d.values()) for d in lsm.body_indices(lsm.parse_loop_string("bcabcb"), specs))
+    for text, nt in (("bcaBCb", 3), ("bC{R:2}aB{C:3}cb", 2), ("bC{R:2}aB{C:3}cb", 6)):
+        ls = lsm.parse_loop_string(text)
+        got = sorted(tuple(d.values()) for t in range(nt) for d in pm.thread_bodies(ls, specs, t, nt))
+        assert got == serial, text
+
+
+def test_model_counts_compulsory_and_capacity_misses() -> None:
+    """A cache holding every slice charges each string the same compulsory transfers (one per distinct
+    slice, every other access an L1 hit); a one-slice cache charges more."""
+    from harness import cachesim
+    from harness import parlooper_model as pm
+
+    p = lsm.GemmParams(bm=16, bn=16, bk=16)
+    sizes = {"i": 64, "j": 64, "k": 64}
+    slice_bytes = 4 * 16 * 16
+    specs = lsm.gemm_specs(p, sizes)
+
+    def cfg(n_slices: int) -> cachesim.CacheConfig:
+        return cachesim.CacheConfig("t", (cachesim.Level("L1", n_slices * slice_bytes, 64, 1, "LRU", 1),), 10)
+
+    big = [
+        pm.predict(lsm.parse_loop_string(t), specs, p, cfg(1024), max_levels=1) for t in ("abc", "cba", "bca")
+    ]
+    assert len({b.cycles for b in big}) == 1 and big[0].calls == 4 * 4 * 4
+    compute = 64 * 2.0 * 16**3 / pm.PEAK_FLOPS_PER_CYCLE
+    distinct = 3 * 16  # A, B and C each 4 x 4 slices
+    hits = 64 * 3 - distinct
+    assert big[0].cycles == pytest.approx(
+        compute + distinct * slice_bytes / pm.BANDWIDTH["MEM"] + hits * slice_bytes / pm.BANDWIDTH["L1"]
+    )
+    small = pm.predict(lsm.parse_loop_string("abc"), specs, p, cfg(1), max_levels=1)
+    assert small.cycles > big[0].cycles
+    assert pm.top_classes({"x": 1.0, "y": 1.0, "z": 2.0, "w": 3.0}, n=2) == {"x", "y", "z"}
