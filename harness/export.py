@@ -6,6 +6,7 @@ itself is the primary format (schema: ``harness.store.COLUMNS``).
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -114,7 +115,10 @@ def export_figures_csv(summary: pd.DataFrame, out_dir: Path) -> list[Path]:
     """Every paper figure the results allow: its plotted data (CSV, with its PNG beside) and verdicts.csv."""
     from harness.report import complete_figure
 
-    figures = [complete_figure(f, summary) for f in paper_figures(summary, out_dir)]
+    errors: list[tuple[str, str]] = []
+    figures = [complete_figure(f, summary) for f in paper_figures(summary, out_dir, errors)]
+    for name, error in errors:  # one broken plug-in must not cost the other figures their CSV
+        print(f"warning: figure builder {name} failed, its CSV is missing: {error}", file=sys.stderr)
     if not figures:
         return []
     path = out_dir / "verdicts.csv"
