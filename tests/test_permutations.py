@@ -143,3 +143,14 @@ def test_simulation_ranks_and_stores(tmp_path: Path) -> None:
     msgs: list[str] = []
     permstudy.run_simulations(tmp_path, "t", {"small": sizes}, [cfg], say=msgs.append)
     assert "skipped" in msgs[0]
+
+
+def test_command_bad_input_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    from harness.commands import permutations as cmd
+
+    for argv in (["--layers", "resnet9000"], ["--cache", "nope"], ["--threads", "0"], ["--time", "x"]):
+        with pytest.raises(SystemExit) as exc:
+            cmd.main([*argv, "--results", str(tmp_path)])
+        assert exc.value.code == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("harness permutations: error:") and "\n" not in err
