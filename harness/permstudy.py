@@ -174,9 +174,11 @@ def time_orders(
     timing: Any = None,
     target: str | None = None,
     say: Callable[[str], None] | None = None,
+    opt_flags: tuple[str, ...] = ("-O3",),
 ) -> list[dict[str, Any]]:
     """Time the orders' scheme kernels (checked first) and store rows as every study does."""
     from harness import machine as machine_mod
+    from harness.build import CompilerConfig
     from harness.experiment import Experiment, run_experiment
     from harness.run import TimingConfig
     from kernels.candidate import Workload
@@ -188,7 +190,7 @@ def time_orders(
     exp = Experiment(
         timed_experiment_name(experiment, layer), w, cands,
         timing=timing or TimingConfig(mode="hot", warmup=2, min_reps=5, max_reps=20, max_seconds=1.0),
-        results_dir=Path(results),
+        compiler=CompilerConfig(opt_flags=tuple(opt_flags)), results_dir=Path(results),
     )  # fmt: skip
     return run_experiment(exp, progress=say, machine=m)
 

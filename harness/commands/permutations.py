@@ -55,6 +55,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--time", default="24", help="orders timed per layer: N (spaced along SJT), all, or 0")
     p.add_argument("--time-layers", default=None, help="layers to time (default: --layers)")
     p.add_argument("--max-reps", type=int, default=20)
+    p.add_argument("--opt", default="-O3", help="flags of the timed kernels (thesis: -O0; use its own --experiment)")
     p.add_argument("--jobs", type=int, default=1, help="simulation processes")
     p.add_argument("--seed", type=int, default=0)
     return p.parse_args(argv)
@@ -94,7 +95,10 @@ def main(argv: list[str]) -> None:
         timing = TimingConfig(mode="hot", warmup=2, min_reps=5, max_reps=args.max_reps, max_seconds=1.0)
         orders = spaced(perm.sjt(), n_time)
         for name, sizes in time_layers.items():
-            permstudy.time_orders(args.results, args.experiment, name, sizes, orders, ps, timing, say=say)
+            permstudy.time_orders(
+                args.results, args.experiment, name, sizes, orders, ps, timing, say=say,
+                opt_flags=tuple(args.opt.split()),
+            )  # fmt: skip
     report(args.results, args.experiment)
 
 
