@@ -55,7 +55,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--time", default="24", help="orders timed per layer: N (spaced along SJT), all, or 0")
     p.add_argument("--time-layers", default=None, help="layers to time (default: --layers)")
     p.add_argument("--max-reps", type=int, default=20)
-    p.add_argument("--opt", default="-O3", help="flags of the timed kernels (thesis: -O0; use its own --experiment)")
+    p.add_argument(
+        "--opt", default="-O3", help="timed kernels' flags (thesis: -O0; give it its own --experiment)"
+    )
     p.add_argument("--jobs", type=int, default=1, help="simulation processes")
     p.add_argument("--seed", type=int, default=0)
     return p.parse_args(argv)
