@@ -150,6 +150,7 @@ class ConvSpace:
     fixed_order: tuple[str, ...] = ("k", "h", "w", "c", "r", "s")
     lambda_dims: tuple[str, ...] = ("w", "h")
     max_levels: int = 4
+    parallel: int = 0  # threads of the §5.6/§6.2.1 rule (0: sequential): Tpar_{threads,d} outermost
     extra: tuple[tuple[str, int], ...] = field(default=())  # unused knobs kept for the record
 
     CHOICES = {
@@ -175,6 +176,11 @@ class ConvSpace:
         for key in ("forced", "fixed_order", "lambda_dims"):
             if key in conf and conf[key] is not None:
                 conf[key] = tuple(conf[key])
+        par = conf.get("parallel", 0)
+        if isinstance(par, bool) or not isinstance(par, int) or par < 0 or par == 1:
+            raise ConvSpaceError(
+                f"space.conv.parallel must be 0 (sequential) or a thread count >= 2, got {par!r}"
+            )
         if conf.get("microkernels") == "forced" and not conf.get("forced"):
             raise ConvSpaceError('space.conv.microkernels=forced needs space.conv.forced: ["U_{17,h}, V_k"]')
         return cls(**{k: v for k, v in conf.items() if v is not None})
@@ -261,6 +267,7 @@ class Context:
     workload: Workload
     target: str
     plans: list[Plan]
+    chunk_bytes: int = 0  # §5.6: a parallel chunk's footprint should reach L2 (private caches); 0: no rule
 
     @property
     def sizes(self) -> dict[str, int]:
@@ -291,6 +298,23 @@ class Context:
             out[d] = f"R_{d}"
         return out
 
+    def parallel_dims(self, plan: Plan) -> list[str]:
+        """§6.2.1: output dimensions whose trip count above the microkernel is a multiple of the threads."""
+        t = self.space.parallel
+        rem = self.remaining(plan)
+        return [d for d in PARTIAL_DIMS if t and rem[d] % t == 0 and rem[d] >= t]
+
+    def chunk_ok(self, text: str) -> bool:
+        """§5.6: the footprint under the parallel loop (one thread's chunk) is at least ``chunk_bytes``, or
+        the problem is too small for any chunk to reach it (then every chunk is accepted)."""
+        if not self.space.parallel or not self.chunk_bytes:
+            return True
+        stride = int(dict(self.workload.op.params).get("stride", 1))
+        per_atom = suffix_sizes(text, self.sizes, self.lanes)
+        whole = sum(conv_footprints(self.sizes, stride).values()) * 4
+        chunk = sum(conv_footprints(per_atom[1], stride).values()) * 4 if len(per_atom) > 1 else whole
+        return chunk >= min(self.chunk_bytes, whole / self.space.parallel)
+
     def legal(self, text: str) -> bool:
         from kernels.codegen import analyze_for
 
@@ -308,23 +332,31 @@ def context(
         raise ConvSpaceError(f"conv spaces need a conv2d workload, got {workload.op.name} ({workload.name})")
     lanes = get_target(target).lanes
     ps = plans(space, workload.size, lanes, microkernel_set(space, target, selected))
+    if space.parallel:  # §6.2.1: only plans leaving an output dimension divisible by the threads
+        probe = Context(space, workload, target, ps)
+        ps = [p for p in ps if probe.parallel_dims(p)]
     if not ps:
         raise ConvSpaceError(
-            f"no microkernel plan of this space fits {workload.name} {workload.size}: try "
+            f"no microkernel plan of this space fits {workload.name} {workload.size}"
+            + (f" with {space.parallel} threads on h, w or k" if space.parallel else "")
+            + ": try "
             "space.conv.combination=both, space.conv.partial=masked or space.conv.microkernels=all"
         )
     return Context(space, workload, target, ps)
 
 
-def _assemble(ctx: Context, plan: Plan, outer: list[tuple[str, str]], rng: random.Random) -> str:
-    """Outer atoms (dimension, atom text), outermost first, + packing + the microkernel suffix."""
+def _assemble(
+    ctx: Context, plan: Plan, outer: list[tuple[str, str]], rng: random.Random, par: str | None = None
+) -> str:
+    """Outer atoms (dimension, atom text), outermost first, + packing + the microkernel suffix; a
+    parallel loop ``par`` goes outermost (§6.2.1)."""
     if ctx.space.permutation == "fixed":
         outer = _fixed_order(outer, ctx.space.fixed_order)
-    atoms = [a for _, a in outer]
+    atoms = ([par] if par else []) + [a for _, a in outer]
     suffix = plan.suffix()
     if ctx.space.packing != "none":
         tensor = rng.choice(["I", "K"]) if ctx.space.packing == "any" else ctx.space.packing
-        positions = list(range(len(atoms) + 1))
+        positions = list(range(1 if par else 0, len(atoms) + 1))
         rng.shuffle(positions)
         for p in positions:  # the first legal place in a random order
             text = "[" + ", ".join([*atoms[:p], f"Pack_{tensor}", *atoms[p:], *suffix]) + "]"
@@ -354,6 +386,7 @@ def sample_random(ctx: Context, rng: random.Random) -> tuple[str, Plan]:
     plan = rng.choice(ctx.plans)
     rem = ctx.remaining(plan)
     whole = ctx.whole_atoms(plan)
+    par = _parallel_atom(ctx, plan, rem, rng)
     inner_first: list[tuple[str, str]] = []
     while True:
         pairs = [(d, f"T_{{{q},{d}}}", q) for d in CONV_DIMS for q in divisors(rem[d])]
@@ -366,7 +399,18 @@ def sample_random(ctx: Context, rng: random.Random) -> tuple[str, Plan]:
             del whole[d]
         else:
             rem[d] //= q
-    return _assemble(ctx, plan, list(reversed(inner_first)), rng), plan
+    return _assemble(ctx, plan, list(reversed(inner_first)), rng, par), plan
+
+
+def _parallel_atom(ctx: Context, plan: Plan, rem: dict[str, int], rng: random.Random) -> str | None:
+    """§6.2.1: a parallel output dimension (trip count a multiple of the threads) gets an outermost
+    ``Tpar_{threads,d}``; the rest of its trip count is left to the sampler (``rem`` is updated)."""
+    t = ctx.space.parallel
+    if not t:
+        return None
+    d = rng.choice(ctx.parallel_dims(plan))
+    rem[d] //= t
+    return f"Tpar_{{{t},{d}}}"
 
 
 def _free_levels(D: int, u: int, levels: int, rng: random.Random) -> list[int]:
@@ -399,6 +443,7 @@ def sample_levels(ctx: Context, rng: random.Random) -> tuple[str, Plan]:
     plan = rng.choice(ctx.plans)
     rem = ctx.remaining(plan)
     whole = ctx.whole_atoms(plan)
+    par = _parallel_atom(ctx, plan, rem, rng)
     stacks: dict[str, list[str]] = {}  # inner first
     for d in CONV_DIMS:
         if d in whole:
@@ -407,7 +452,7 @@ def sample_levels(ctx: Context, rng: random.Random) -> tuple[str, Plan]:
         if rem[d] == 1:
             continue
         levels = rng.randint(1, ctx.space.max_levels)
-        if ctx.space.divisibility == "free":
+        if ctx.space.divisibility == "free" and not (par and par.endswith(f",{d}}}")):
             u = plan.footprint(d, ctx.lanes)
             outer_first = free_chain(d, ctx.sizes[d], _free_levels(ctx.sizes[d], u, levels, rng))
             stacks[d] = list(reversed(outer_first))
@@ -424,7 +469,7 @@ def sample_levels(ctx: Context, rng: random.Random) -> tuple[str, Plan]:
         inner_first.append((d, stacks[d].pop(0)))
         if not stacks[d]:
             del stacks[d]
-    return _assemble(ctx, plan, list(reversed(inner_first)), rng), plan
+    return _assemble(ctx, plan, list(reversed(inner_first)), rng, par), plan
 
 
 SAMPLERS = {"random": sample_random, "levels": sample_levels}
@@ -437,7 +482,7 @@ def draw(ctx: Context, sampler: str, rng: random.Random, tries: int = 50) -> tup
     text = ""
     for _ in range(tries):
         text, plan = fn(ctx, rng)
-        if ctx.legal(text):
+        if ctx.legal(text) and ctx.chunk_ok(text):
             return text, plan
     raise ConvSpaceError(f"sampler {sampler!r} produced no legal scheme in {tries} tries; last: {text}")
 
@@ -516,6 +561,11 @@ def exhaustive_tilings(ctx: Context, limit: int) -> list[str]:
     for plan in ctx.plans:
         rem = ctx.remaining(plan)
         whole = ctx.whole_atoms(plan)
+        par = []
+        if ctx.space.parallel:  # §6.2.1 on the first parallel dimension (h, w, k order)
+            d = ctx.parallel_dims(plan)[0]
+            rem[d] //= ctx.space.parallel
+            par = [f"Tpar_{{{ctx.space.parallel},{d}}}"]
         per_dim = []
         for d in CONV_DIMS:
             opts: list[list[tuple[str, str]]] = []
@@ -529,7 +579,7 @@ def exhaustive_tilings(ctx: Context, limit: int) -> list[str]:
             per_dim.append(opts)
         for combo in itertools.product(*per_dim):
             outer = _fixed_order([a for part in combo for a in part], ctx.space.fixed_order)
-            out.append("[" + ", ".join([a for _, a in outer] + plan.suffix()) + "]")
+            out.append("[" + ", ".join(par + [a for _, a in outer] + plan.suffix()) + "]")
             if len(out) >= limit:
                 return out
     return out

@@ -101,6 +101,7 @@ SPACES = {
     "free": cs.ConvSpace(divisibility="free"),
     "fixed": cs.ConvSpace(permutation="fixed"),
     "packed": cs.ConvSpace(packing="any"),
+    "parallel": cs.ConvSpace(parallel=2),
 }
 
 
@@ -121,6 +122,12 @@ def test_every_sample_is_legal(space: str, sampler: str) -> None:
                 assert "λ_seq" not in text
             if space == "lambda":
                 assert "λ_seq" in text
+            atoms = parse_scheme(text)
+            if space == "parallel":  # §6.2.1: one Tpar_{2,d} on an output dimension, outermost
+                assert atoms[0].kind == "Tpar" and atoms[0].size == 2 and atoms[0].dim in ("h", "w", "k")
+                assert sum(a.kind == "Tpar" for a in atoms) == 1
+            else:
+                assert all(a.kind != "Tpar" for a in atoms)
 
 
 def test_forced_microkernel_and_bad_knobs() -> None:
@@ -200,3 +207,17 @@ def test_exhaustive_tilings_are_distinct_and_legal() -> None:
     assert len(texts) == len(set(texts)) == 4 * 8
     assert all(ctx.legal(t) for t in texts)
     assert cs.exhaustive_tilings(ctx, 5) == texts[:5]
+
+
+def test_parallel_chunks_reach_l2() -> None:
+    """§5.6: with the rule on, the footprint under the Tpar loop is at least L2 (or half the problem)."""
+    w = Workload.make("y12", "conv2d", {"h": 34, "w": 34, "k": 512, "c": 256, "r": 3, "s": 3})
+    ctx = cs.context(cs.ConvSpace(parallel=2), w, "avx2", None)
+    ctx.chunk_bytes = 512 * 1024
+    rng = random.Random(1)
+    for _ in range(20):
+        text, _ = cs.draw(ctx, "random", rng)
+        under = cs.suffix_sizes(text, w.size, 8)[1]
+        assert sum(cs.conv_footprints(under).values()) * 4 >= 512 * 1024
+    with pytest.raises(cs.ConvSpaceError, match="parallel"):
+        cs.ConvSpace.from_config({"parallel": 1})

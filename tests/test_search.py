@@ -108,6 +108,7 @@ SPACE_VARIANTS = {
     "free": {"divisibility": "free"},
     "fixed": {"permutation": "fixed"},
     "packed": {"packing": "any"},
+    "parallel": {"parallel": 2},  # Tpar (OpenMP), run here on one thread: the check is what matters
 }
 
 
@@ -130,6 +131,7 @@ def test_every_sampler_in_every_space_passes_the_full_check(tmp_path: Path, shar
     assert not bad
     assert all(r["check_mode"] == "full" for r in rows)
     assert any("partial=masked" in r["label"] for r in rows) and any("Pack_" in r["label"] for r in rows)
+    assert any(r["label"].startswith("[Tpar_{2,") for r in rows)
 
 
 @pytest.mark.slow

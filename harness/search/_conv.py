@@ -17,7 +17,9 @@ def conv_context(problem: Problem) -> Context:
             f"(e.g. space=conv_all), got space {problem.space.get('name')!r}"
         )
     space = ConvSpace.from_config(problem.space["conv"])
-    return context(space, problem.workload, problem.target, problem.selected)
+    ctx = context(space, problem.workload, problem.target, problem.selected)
+    ctx.chunk_bytes = problem.caches[1] if len(problem.caches) > 1 else 0  # §5.6: chunks of at least L2
+    return ctx
 
 
 def candidate(problem: Problem, ctx: Context, text: str) -> Candidate:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 
-from harness.search import Problem, SearchConfig, Strategy
+from harness.search import Problem, SearchConfig, SearchError, Strategy
 from harness.search._conv import candidate, conv_context
 from kernels.candidate import Candidate
 from kernels.conv_space import CONV_DIMS, factorizations
@@ -27,6 +27,11 @@ class OptunaSearch(Strategy):
 
         optuna.logging.set_verbosity(logging.WARNING)
         self.ctx = conv_context(problem)
+        if self.ctx.space.parallel:
+            raise SearchError(
+                "the Optuna search builds sequential schemes: with space.conv.parallel use "
+                "search=random, levels or model"
+            )
         startup = int(cfg.params.get("n_startup_trials", 10))
         sampler = optuna.samplers.TPESampler(seed=cfg.seed, n_startup_trials=startup)
         self.study = optuna.create_study(direction="maximize", sampler=sampler)

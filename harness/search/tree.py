@@ -17,7 +17,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from harness.search import Problem, SearchConfig, Strategy
+from harness.search import Problem, SearchConfig, SearchError, Strategy
 from harness.search._conv import candidate, conv_context
 from harness.search.model import DEFAULT_BANDWIDTHS, metric_for
 from kernels.candidate import Candidate
@@ -41,6 +41,11 @@ class TreeSearch(Strategy):
     def __init__(self, problem: Problem, cfg: SearchConfig):
         super().__init__(problem, cfg)
         self.ctx = conv_context(problem)
+        if self.ctx.space.parallel:
+            raise SearchError(
+                "the tree search builds sequential schemes: with space.conv.parallel use "
+                "search=random, levels or model"
+            )
         p = cfg.params
         self.branches = int(p.get("num_branches", 8))
         self.max_children = int(p.get("max_children", 64))
