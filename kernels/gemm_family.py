@@ -343,6 +343,10 @@ def identify(text: str, lanes: int) -> dict[str, Any] | None:
         target = canon(text)
     except ValueError:
         return None
+    par = re.match(r"\[Tpar_\{(\d+),(\w)\}, (?:T_\{\d+,\2\}, )?", target)
+    if par:  # a parallel_scheme: the sequential scheme with R_d for the parallel prefix
+        info = identify(f"[R_{par.group(2)}, " + target[par.end() :], lanes)
+        return None if info is None else {**info, "threads": int(par.group(1))}
     if target == canon("[R_i, R_j, R_k]"):
         return {"variant": "B3A2C0", "stage": "basic", "pack": "none"}
     blocks = {d: int(b) for b, d in re.findall(r"Texct_\{(\d+),(\w)\}", target)}
@@ -368,5 +372,5 @@ def identify(text: str, lanes: int) -> dict[str, Any] | None:
             except ValueError:
                 continue
             if canon(candidate) == target:
-                return {"variant": variant, "pack": pack, "stage": stage, **vars(p)}
+                return {"variant": variant, "pack": pack, "stage": stage, "threads": 1, **vars(p)}
     return None

@@ -75,14 +75,40 @@ def test_model_blocks_compute_the_product(tmp_path: Path, shared_cache: Path) ->
     assert_ok(texts, w, tmp_path, shared_cache)
 
 
-def test_packings_and_generator_stages_compute_the_product(tmp_path: Path, shared_cache: Path) -> None:
-    p = small_params("B3A2C0")
-    texts = {
-        variant_scheme(v, p, LANES, pack, "optimized") for v in ("B3A2C0", "A3B2C0") for pack in PACKINGS
-    }
-    texts |= {variant_scheme("B3A2C0", p, LANES, "both", stage) for stage in STAGES}
-    assert len(texts) == 2 * len(PACKINGS) + len(STAGES) - 1  # "optimized" with both packs is counted twice
+def test_packings_compute_the_product(tmp_path: Path, shared_cache: Path) -> None:
+    texts = {variant_scheme("A3B2C0", small_params("A3B2C0"), LANES, pack) for pack in PACKINGS}
+    assert len(texts) == len(PACKINGS)
     assert_ok(sorted(texts), mm(17, 2 * LANES + 3, 13), tmp_path, shared_cache)
+
+
+@pytest.mark.slow
+def test_generator_stages_compute_the_product(tmp_path: Path, shared_cache: Path) -> None:
+    texts = {variant_scheme("B3A2C0", small_params("B3A2C0"), LANES, "both", stage) for stage in STAGES}
+    assert len(texts) == len(STAGES)
+    assert_ok(sorted(texts), mm(17, 2 * LANES + 3, 13), tmp_path, shared_cache)
+
+
+def test_parallel_outer_loop_computes_the_product(tmp_path: Path, shared_cache: Path) -> None:
+    """Fig 20: jc of B3A2C0 and ic of A3B2C0 on two OpenMP threads (per-thread pack buffers)."""
+    import os
+
+    from kernels.gemm_family import parallel_scheme
+    from tests.conftest import FAST_TIMING
+
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs two CPUs")
+    p = Params(mc=9, nc=2 * LANES, kc=7, mr=3, nr=LANES)
+    w = mm(18, 4 * LANES, 13)
+    texts = [parallel_scheme("B3A2C0", p, LANES, 2, 4 * LANES), parallel_scheme("A3B2C0", p, LANES, 2, 18)]
+    assert all(t.startswith("[Tpar_{2,") for t in texts)
+    timing = dataclasses.replace(FAST_TIMING, threads=2)
+    rows = run_candidates(
+        [scheme(t, partial="masked") for t in texts], w, tmp_path, shared_cache, FULL, timing
+    )
+    for row in rows:
+        assert row["status"] == "ok" and row["check_passed"] is True, row["reason"][:300]
+    with pytest.raises(ValueError, match="whole"):
+        parallel_scheme("A3B2C0", p, LANES, 2, 19)  # 19 rows do not split in two
 
 
 def test_variant_structure_follows_the_paper() -> None:
@@ -359,3 +385,45 @@ def test_headline_compares_squares_and_layers_with_the_libraries(tmp_path: Path)
         ("gemm_square_512", "baseline", "openblas", 48.0),
     ]), tmp_path, "gemm_headline")  # fmt: skip
     assert fig.verdict == "differs" and slow
+
+
+def test_fig13_ladder_and_fig19_packing_and_fig20_parallel(tmp_path: Path) -> None:
+    from kernels.gemm_family import parallel_scheme
+
+    p = Params(mc=48, nc=64, kc=32, mr=6, nr=16)
+    ladder = [variant_scheme("B3A2C0", p, 8, "both", s) for s in STAGES]
+    rows = fig_rows(
+        "gemm_fig13",
+        [
+            ("gemm_square_512", "scheme", f"{t} (partial=masked)", g)
+            for t, g in zip(ladder, (1, 2, 3, 10, 40), strict=True)
+        ]
+        + [("gemm_square_512", "baseline", "blis", 42.0)],
+    )
+    (f13,) = figures_of(rows, tmp_path, "gemm_fig13")
+    assert f13.verdict == "reproduced" and f13.ours == pytest.approx(40 / 42)
+    packs = {pk: f"{variant_scheme('B3A2C0', p, 8, pk)} (partial=masked)" for pk in PACKINGS}
+    rows = fig_rows(
+        "gemm_fig19",
+        [
+            ("gemm_square_128", "scheme", packs[pk], g)
+            for pk, g in zip(PACKINGS, (20, 22, 21, 23), strict=True)
+        ]
+        + [
+            ("gemm_rn50_t02_b1", "scheme", packs[pk], g)
+            for pk, g in zip(PACKINGS, (30, 25, 26, 20), strict=True)
+        ],
+    )
+    (f19,) = figures_of(rows, tmp_path, "gemm_fig19")
+    assert f19.verdict == "reproduced"
+    seq = f"{variant_scheme('B3A2C0', dataclasses.replace(p, mr=4), 8)} (partial=masked)"
+    jc = f"{parallel_scheme('B3A2C0', dataclasses.replace(p, mr=4, nc=64), 8, 2, 64)} (partial=masked)"
+    ic = f"{parallel_scheme('A3B2C0', dataclasses.replace(p, mr=4, mc=400), 8, 2, 784)} (partial=masked)"
+    rows = fig_rows(
+        "gemm_fig20",
+        [("gemm_rn50_t02_b1", "scheme", seq, 20), ("gemm_rn50_t02_b1", "scheme", jc, 36)]
+        + [("gemm_rn50_t08_b1", "scheme", seq, 20), ("gemm_rn50_t08_b1", "scheme", ic, 38)]
+        + [("gemm_rn50_t08_b1", "scheme", jc, 30)],
+    )
+    (f20,) = figures_of(rows, tmp_path, "gemm_fig20")
+    assert f20.verdict == "reproduced" and f20.ours == pytest.approx((1.8 + 1.9) / 2)
