@@ -275,10 +275,8 @@ def gemm_specs(p: GemmParams, sizes: Mapping[str, int]) -> dict[str, LoopSpec]:
     for dim, size, blk in (("M", m, p.bm), ("N", n, p.bn), ("K", k, p.bk)):
         if blk < 1 or size % blk:
             raise LoopStringError(f"{dim}={size} is not a multiple of its block {blk} [rule: blocking]")
-    if p.core == "c" and (p.bm % 4 or p.bn % 16):
-        raise LoopStringError(
-            f"core c needs bm % 4 == 0 and bn % 16 == 0, got bm={p.bm}, bn={p.bn} [rule: core]"
-        )
+    if p.core == "c" and p.bn % 16:
+        raise LoopStringError(f"core c needs bn % 16 == 0 (two AVX2 vectors), got bn={p.bn} [rule: core]")
     return {
         "a": LoopSpec(0, k // p.bk, p.k_step, p.blocks[0]),
         "b": LoopSpec(0, m // p.bm, 1, p.blocks[1]),
@@ -288,32 +286,38 @@ def gemm_specs(p: GemmParams, sizes: Mapping[str, int]) -> dict[str, LoopSpec]:
 
 _C_CORE = """
 /* BRGEMM of ours: C[BM x BN] (ld LDC) += sum_t A_t[BM x BK] (ld LDA) * B_t[BK x BN] (ld LDB),
-   A_t = a + t*BK, B_t = b + t*BK*LDB; 4x16 register blocks (8 accumulators), AVX2 FMA. */
+   A_t = a + t*BK, B_t = b + t*BK*LDB; 4x16 register blocks (8 accumulators), AVX2 FMA; rows left over
+   when BM is not a multiple of 4 take a 1x16 block. */
+#define ROWS(NR)                                                                                 \
+  {                                                                                              \
+    __m256 acc[NR][2];                                                                           \
+    for (int r = 0; r < NR; ++r) {                                                               \
+      acc[r][0] = _mm256_loadu_ps(c + (i + r) * LDC + j);                                        \
+      acc[r][1] = _mm256_loadu_ps(c + (i + r) * LDC + j + 8);                                    \
+    }                                                                                            \
+    for (int t = 0; t < count; ++t) {                                                            \
+      const float *at = a + t * BK + i * LDA;                                                    \
+      const float *bt = b + (long)t * BK * LDB + j;                                              \
+      for (int kk = 0; kk < BK; ++kk) {                                                          \
+        const __m256 b0 = _mm256_loadu_ps(bt + kk * LDB), b1 = _mm256_loadu_ps(bt + kk * LDB + 8); \
+        for (int r = 0; r < NR; ++r) {                                                           \
+          const __m256 av = _mm256_broadcast_ss(at + r * LDA + kk);                              \
+          acc[r][0] = _mm256_fmadd_ps(av, b0, acc[r][0]);                                        \
+          acc[r][1] = _mm256_fmadd_ps(av, b1, acc[r][1]);                                        \
+        }                                                                                        \
+      }                                                                                          \
+    }                                                                                            \
+    for (int r = 0; r < NR; ++r) {                                                               \
+      _mm256_storeu_ps(c + (i + r) * LDC + j, acc[r][0]);                                        \
+      _mm256_storeu_ps(c + (i + r) * LDC + j + 8, acc[r][1]);                                    \
+    }                                                                                            \
+  }
 static inline void brgemm(const float *restrict a, const float *restrict b, float *restrict c, int count) {
-  for (int i = 0; i < BM; i += 4)
-    for (int j = 0; j < BN; j += 16) {
-      __m256 acc[4][2];
-      for (int r = 0; r < 4; ++r) {
-        acc[r][0] = _mm256_loadu_ps(c + (i + r) * LDC + j);
-        acc[r][1] = _mm256_loadu_ps(c + (i + r) * LDC + j + 8);
-      }
-      for (int t = 0; t < count; ++t) {
-        const float *at = a + t * BK + i * LDA;
-        const float *bt = b + (long)t * BK * LDB + j;
-        for (int kk = 0; kk < BK; ++kk) {
-          const __m256 b0 = _mm256_loadu_ps(bt + kk * LDB), b1 = _mm256_loadu_ps(bt + kk * LDB + 8);
-          for (int r = 0; r < 4; ++r) {
-            const __m256 av = _mm256_broadcast_ss(at + r * LDA + kk);
-            acc[r][0] = _mm256_fmadd_ps(av, b0, acc[r][0]);
-            acc[r][1] = _mm256_fmadd_ps(av, b1, acc[r][1]);
-          }
-        }
-      }
-      for (int r = 0; r < 4; ++r) {
-        _mm256_storeu_ps(c + (i + r) * LDC + j, acc[r][0]);
-        _mm256_storeu_ps(c + (i + r) * LDC + j + 8, acc[r][1]);
-      }
-    }
+  for (int j = 0; j < BN; j += 16) {
+    int i = 0;
+    for (; i + 4 <= BM; i += 4) ROWS(4)
+    for (; i < BM; ++i) ROWS(1)
+  }
 }
 """
 
@@ -342,62 +346,181 @@ static inline void brgemm(const float *a, const float *b, float *c, int count) {
 """
 
 
+def _core(core: str) -> tuple[str, tuple[str, ...], str]:
+    """(C code, libraries, per-call initialisation) of a BRGEMM core."""
+    if core != "libxsmm":
+        return _C_CORE, (), ""
+    import os
+
+    from kernels.baselines import BLAS, find_library
+
+    lib = BLAS["libxsmm"]
+    path = find_library(lib)
+    # the archive and libxsmmnoblas (no BLAS is ever called under the libxsmm name), as the baseline
+    files = [path, *(e.format(dir=os.path.dirname(path)) for e in lib.extra)]
+    init = "  static int ready = 0;\n  if (!ready) { if (brgemm_init()) return 3; ready = 1; }\n"
+    return _XSMM_CORE, (*(f"-Wl,--no-as-needed,{f}" for f in files), *lib.link), init
+
+
+def _source(
+    header: str, macros: Mapping[str, int], core: str, ls: LoopString, nest: str, tensors: str
+) -> KernelSource:
+    parallel = ls.mode != "serial"
+    code_core, libs, init = _core(core)
+    defs = "\n".join(f"#define {k} {v}" for k, v in macros.items())
+    code = f"""/* {header} */
+#include <immintrin.h>
+{"#include <omp.h>" if parallel else ""}
+#define MIN(a, b) ((a) < (b) ? (a) : (b))
+{defs}
+{code_core}
+int kernel(float *const *tensors, void *workspace) {{
+  (void)workspace;
+{tensors}
+{init}{nest}
+  return 0;
+}}
+"""
+    libs = (*libs, "-lgomp") if parallel else libs
+    return KernelSource(code=code, target="avx2", cflags=("-fopenmp",) if parallel else (), libs=libs)
+
+
 def render_loop_string(candidate: Candidate, workload: Workload) -> KernelSource:
-    """C of a loop-string GEMM (candidate text = the loop string, options = GemmParams fields)."""
+    """C of a loop-string GEMM or convolution (candidate text = the loop string, options = the params)."""
+    if workload.op.name == "conv2d":
+        return render_conv(candidate, workload)
     if workload.op.name != "matmul":
-        raise LoopStringError(f"loop strings are generated for matmul, not {workload.op.name}")
+        raise LoopStringError(f"loop strings are generated for matmul and conv2d, not {workload.op.name}")
     p = gemm_params(candidate)
     ls = parse_loop_string(candidate.text, "abc")
     specs = gemm_specs(p, workload.size)
     m, n, k = (workload.size[d] for d in "ijk")
     body = (
         "brgemm(A + (long)ind_b * BM * LDA + ind_a * BK, B + (long)ind_a * BK * LDB + ind_c * BN,\n"
-        "       C + (long)ind_b * BM * LDC + ind_c * BN, "
-        f"MIN({p.k_step}, {specs['a'].end} - ind_a));"
+        f"       C + (long)ind_b * BM * LDC + ind_c * BN, {p.k_step});"
     )
-    nest = generate_nest(ls, specs, body)
-    parallel = ls.mode != "serial"
-    libs: tuple[str, ...] = ("-lgomp",) if parallel else ()
-    init = ""
-    if p.core == "libxsmm":
-        import os
-
-        from kernels.baselines import BLAS, find_library
-
-        lib = BLAS["libxsmm"]
-        path = find_library(lib)
-        # the archive and libxsmmnoblas (no BLAS is ever called under the libxsmm name), as the baseline
-        files = [path, *(e.format(dir=os.path.dirname(path)) for e in lib.extra)]
-        libs = (*(f"-Wl,--no-as-needed,{f}" for f in files), *lib.link, *libs)
-        core = _XSMM_CORE
-        init = "  static int ready = 0;\n  if (!ready) { if (brgemm_init()) return 3; ready = 1; }\n"
-    else:
-        core = _C_CORE
     lists = " ".join(f"{x}={list(b)}" for x, b in zip("abc", p.blocks, strict=True))
-    code = f"""/* loop string {candidate.text!r} (PARLOOPER, seed 003): GEMM {m}x{n}x{k},
-   blocks bm={p.bm} bn={p.bn} bk={p.bk}, k_step={p.k_step}, block lists {lists},
-   core {p.core}, parallel mode {ls.mode} */
-#include <immintrin.h>
-{"#include <omp.h>" if parallel else ""}
-#define MIN(a, b) ((a) < (b) ? (a) : (b))
-#define BM {p.bm}
-#define BN {p.bn}
-#define BK {p.bk}
-#define LDA {k}
-#define LDB {n}
-#define LDC {n}
-{core}
-int kernel(float *const *tensors, void *workspace) {{
-  (void)workspace;
-  float *restrict C = tensors[0];
-  const float *restrict A = tensors[1];
-  const float *restrict B = tensors[2];
-{init}{nest}
-  return 0;
-}}
-"""
-    cflags = ("-fopenmp",) if parallel else ()
-    return KernelSource(code=code, target="avx2", cflags=cflags, libs=libs)
+    header = (
+        f"loop string {candidate.text!r} (PARLOOPER, seed 003): GEMM {m}x{n}x{k},\n   blocks bm={p.bm} "
+        f"bn={p.bn} bk={p.bk}, k_step={p.k_step}, block lists {lists}, core {p.core}, mode {ls.mode}"
+    )
+    macros = {"BM": p.bm, "BN": p.bn, "BK": p.bk, "LDA": k, "LDB": n, "LDC": n}
+    tensors = (
+        "  float *restrict C = tensors[0];\n  const float *restrict A = tensors[1];\n"
+        "  const float *restrict B = tensors[2];"
+    )
+    return _source(header, macros, p.core, ls, generate_nest(ls, specs, body), tensors)
+
+
+# -- convolution (the paper's Listing 4 on the harness's layouts) ----------------------------------------
+# Loops: a = input-channel blocks (the BRGEMM batch), b = output-channel blocks, c = output rows (P),
+# d = output-column blocks (Q), e = kernel rows (R), f = kernel columns (S); batch N = 1. One BRGEMM:
+# O[p][q0:q0+bw][k0:k0+bk] += sum over c_step channel blocks of I[p*st+r][(q0..)*st+s][c0:c0+bc] *
+# K[r][s][c0:c0+bc][k0:k0+bk]: M = bw (input rows st*C apart), N = bk, K = bc, stride-based batch.
+CONV_LETTERS = "abcdef"
+
+
+@dataclass(frozen=True)
+class ConvParams:
+    bc: int = 32
+    bk: int = 32
+    bw: int = 7
+    c_step: int = 1
+    blocks: tuple[tuple[int, ...], ...] = ((), (), (), (), (), ())
+    core: str = "c"
+
+
+def conv_params(candidate: Candidate) -> ConvParams:
+    opt = dict(candidate.options)
+    blocks = tuple(tuple(int(v) for v in opt.get(f"blocks_{x}", ()) or ()) for x in CONV_LETTERS)
+    p = ConvParams(
+        int(opt.get("bc", 32)), int(opt.get("bk", 32)), int(opt.get("bw", 7)), int(opt.get("c_step", 1)),
+        blocks, str(opt.get("core", "c")),
+    )  # fmt: skip
+    if p.core not in CORES:
+        raise LoopStringError(f"core={p.core!r} unknown; allowed: {', '.join(CORES)}")
+    return p
+
+
+def conv_specs(p: ConvParams, sizes: Mapping[str, int]) -> dict[str, LoopSpec]:
+    for dim, blk in (("c", p.bc), ("k", p.bk), ("w", p.bw)):
+        if blk < 1 or sizes[dim] % blk:
+            raise LoopStringError(f"{dim}={sizes[dim]} is not a multiple of its block {blk} [rule: blocking]")
+    if p.core == "c" and p.bk % 16:
+        raise LoopStringError(f"core c needs bk % 16 == 0 (two AVX2 vectors), got bk={p.bk} [rule: core]")
+    trips = {"a": sizes["c"] // p.bc, "b": sizes["k"] // p.bk, "c": sizes["h"], "d": sizes["w"] // p.bw,
+             "e": sizes["r"], "f": sizes["s"]}  # fmt: skip
+    return {
+        x: LoopSpec(0, trips[x], p.c_step if x == "a" else 1, p.blocks[k]) for k, x in enumerate(CONV_LETTERS)
+    }
+
+
+def conv_candidate(text: str, params: ConvParams) -> Candidate:
+    opts: dict[str, object] = {
+        "bc": params.bc, "bk": params.bk, "bw": params.bw, "c_step": params.c_step, "core": params.core,
+        "target": "avx2",
+        **{f"blocks_{x}": tuple(b) for x, b in zip(CONV_LETTERS, params.blocks, strict=True) if b},
+    }  # fmt: skip
+    return Candidate("loop_string", text, tuple(sorted(opts.items())))
+
+
+def render_conv(candidate: Candidate, workload: Workload) -> KernelSource:
+    p = conv_params(candidate)
+    ls = parse_loop_string(candidate.text, CONV_LETTERS)
+    sz = workload.size
+    specs = conv_specs(p, sz)
+    st = int(dict(workload.op.params).get("stride", 1))
+    wi = (sz["w"] - 1) * st + sz["s"]
+    body = (
+        "brgemm(I + ((long)(ind_c * ST + ind_e) * WI + ind_d * BM * ST + ind_f) * CI + ind_a * BK,\n"
+        "       Kw + ((long)(ind_e * SS + ind_f) * CI + ind_a * BK) * KO + ind_b * BN,\n"
+        f"       O + ((long)ind_c * WO + ind_d * BM) * KO + ind_b * BN, {p.c_step});"
+    )
+    header = (
+        f"loop string {candidate.text!r} (PARLOOPER Listing 4, seed 003): conv {dict(sz)} stride {st},\n   "
+        f"bc={p.bc} bk={p.bk} bw={p.bw} c_step={p.c_step}, core {p.core}, mode {ls.mode}"
+    )
+    macros = {"BM": p.bw, "BN": p.bk, "BK": p.bc, "LDA": st * sz["c"], "LDB": sz["k"], "LDC": sz["k"],
+              "ST": st, "WI": wi, "WO": sz["w"], "CI": sz["c"], "KO": sz["k"], "SS": sz["s"]}  # fmt: skip
+    tensors = (
+        "  float *restrict O = tensors[0];\n  const float *restrict I = tensors[1];\n"
+        "  const float *restrict Kw = tensors[2];"
+    )
+    return _source(header, macros, p.core, ls, generate_nest(ls, specs, body), tensors)
+
+
+def enumerate_conv(
+    sizes: Mapping[str, int],
+    params: ConvParams,
+    parallel: bool = False,
+    limit: int | None = None,
+    seed: int = 0,
+) -> list[Candidate]:
+    """Every order of the six loops (no extra blocking), batch over all or one channel block, and with
+    ``parallel`` one or two consecutive output loops (b, c, d) upper case; a seeded sample of ``limit``."""
+    import random
+
+    cb = sizes["c"] // params.bc
+    steps = sorted({1, cb})
+    out: dict[str, Candidate] = {}
+    for order in itertools.permutations(CONV_LETTERS):
+        texts = ["".join(order)]
+        if parallel:
+            texts = []
+            for start in range(6):
+                for end in (start + 1, start + 2):
+                    grp = order[start:end]
+                    if end <= 6 and all(x in "bcd" for x in grp):
+                        texts.append("".join(order[:start]) + "".join(grp).upper() + "".join(order[end:]))
+        for step in steps:
+            p = ConvParams(params.bc, params.bk, params.bw, step, params.blocks, params.core)
+            for t in texts:
+                c = conv_candidate(t, p)
+                out.setdefault(c.key, c)
+    cands = list(out.values())
+    if limit is not None and len(cands) > limit:
+        cands = random.Random(seed).sample(cands, limit)
+    return cands
 
 
 def gemm_candidate(text: str, params: GemmParams) -> Candidate:

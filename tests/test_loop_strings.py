@@ -190,3 +190,29 @@ def test_model_counts_compulsory_and_capacity_misses() -> None:
     small = pm.predict(lsm.parse_loop_string("abc"), specs, p, cfg(1), max_levels=1)
     assert small.cycles > big[0].cycles
     assert pm.top_classes({"x": 1.0, "y": 1.0, "z": 2.0, "w": 3.0}, n=2) == {"x", "y", "z"}
+
+
+@pytest.mark.parametrize(
+    ("text", "stride", "core", "c_step"),
+    [("abcdef", 1, "c", 1), ("bcdefa", 2, "c", 2), ("cdBEfa", 1, "c", 1), ("fedcba", 1, "libxsmm", 2)],
+)
+def test_generated_conv_is_correct(
+    text: str, stride: int, core: str, c_step: int, shared_cache: Path
+) -> None:
+    if core == "libxsmm":
+        try:
+            find_library(BLAS["libxsmm"])
+        except BaselineUnavailable as exc:
+            pytest.skip(str(exc))
+    w = Workload.make("ls-conv", "conv2d", {"h": 3, "w": 7, "k": 32, "c": 16, "r": 3, "s": 3}, stride=stride)
+    cand = lsm.conv_candidate(text, lsm.ConvParams(bc=8, bk=16, bw=7, c_step=c_step, core=core))
+    mode, passed = _run(cand, w, shared_cache, threads=2 if text != text.lower() else 1)
+    assert mode == "full" and passed
+
+
+def test_conv_enumeration() -> None:
+    sizes = {"h": 7, "w": 7, "k": 64, "c": 64, "r": 3, "s": 3}
+    cands = lsm.enumerate_conv(sizes, lsm.ConvParams(bc=32, bk=32, bw=7))
+    assert len(cands) == 720 * 2  # every order, batch over one or both channel blocks
+    par = lsm.enumerate_conv(sizes, lsm.ConvParams(bc=32, bk=32, bw=7), parallel=True, limit=30)
+    assert all(lsm.parse_loop_string(c.text, lsm.CONV_LETTERS).mode == "omp" for c in par)
