@@ -120,3 +120,18 @@ def test_unavailable_baseline_is_unsupported_not_a_crash(tmp_path: Path, shared_
     )
     (row,) = exp_mod.run_experiment(exp, progress=lambda _m: None)
     assert row["status"] == "unsupported" and "matmul only" in row["reason"]
+
+
+def test_unknown_library_renders_as_unsupported_and_a_bad_scheme_as_error() -> None:
+    """A library this checkout does not know yet (a space may list it before its renderer lands) is an
+    unsupported row, not an exception; an illegal scheme stays an error row."""
+    w = Workload.make("cv", "conv2d", {"h": 2, "w": 2, "k": 8, "c": 2, "r": 1, "s": 1})
+    status, reason = exp_mod._render(Candidate("baseline", "not_a_library_yet"), w)  # type: ignore[misc]
+    assert status == "unsupported" and "not_a_library_yet" in reason
+    status, _ = exp_mod._render(scheme("[U_{3,w}, V_k]"), w)  # type: ignore[misc]
+    assert status == "error"
+
+
+def test_without_a_search_the_space_list_is_measured_as_before() -> None:
+    e = exp_mod.Experiment("x", Workload.make("m", "matmul", {"i": 2, "j": 8, "k": 2}), [])
+    assert e.search is None and e.space == {} and e.base_options == {}
