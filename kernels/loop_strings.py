@@ -412,6 +412,30 @@ def render_loop_string(candidate: Candidate, workload: Workload) -> KernelSource
     return _source(header, macros, p.core, ls, generate_nest(ls, specs, body), tensors)
 
 
+# ResNet-50 v1.5 convolutions of the paper's Fig 7 [repo shapes], batch 1, no padding (our operator has
+# none: the output extent is as listed, the input carries the halo): name -> (C, K, P=Q, R=S, stride).
+RESNET50: dict[str, tuple[int, int, int, int, int]] = {
+    "res2-1x1-64-256": (64, 256, 56, 1, 1), "res2-1x1-64-64": (64, 64, 56, 1, 1),
+    "res2-3x3-64-64": (64, 64, 56, 3, 1), "res2-1x1-256-64": (256, 64, 56, 1, 1),
+    "res3-1x1-256-512-s2": (256, 512, 28, 1, 2), "res3-1x1-256-128-s2": (256, 128, 28, 1, 2),
+    "res3-3x3-128-128": (128, 128, 28, 3, 1), "res3-1x1-128-512": (128, 512, 28, 1, 1),
+    "res3-1x1-512-128": (512, 128, 28, 1, 1), "res4-1x1-512-1024-s2": (512, 1024, 14, 1, 2),
+    "res4-1x1-512-256-s2": (512, 256, 14, 1, 2), "res4-3x3-256-256": (256, 256, 14, 3, 1),
+    "res4-1x1-256-1024": (256, 1024, 14, 1, 1), "res4-1x1-1024-256": (1024, 256, 14, 1, 1),
+    "res5-1x1-1024-2048-s2": (1024, 2048, 7, 1, 2), "res5-1x1-1024-512-s2": (1024, 512, 7, 1, 2),
+    "res5-3x3-512-512": (512, 512, 7, 3, 1), "res5-1x1-512-2048": (512, 2048, 7, 1, 1),
+    "res5-1x1-2048-512": (2048, 512, 7, 1, 1),
+}  # fmt: skip
+
+
+def resnet50_layer(name: str) -> tuple[dict[str, int], int, ConvParams]:
+    """Sizes, stride and default blocking (bc, bk <= 32 dividing C, K; bw the largest divisor of Q <= 14)."""
+    c, k, q, r, st = RESNET50[name]
+    bw = max(d for d in range(1, 15) if q % d == 0)
+    sizes = {"h": q, "w": q, "k": k, "c": c, "r": r, "s": r}
+    return sizes, st, ConvParams(bc=min(c, 32), bk=min(k, 32), bw=bw)
+
+
 # -- convolution (the paper's Listing 4 on the harness's layouts) ----------------------------------------
 # Loops: a = input-channel blocks (the BRGEMM batch), b = output-channel blocks, c = output rows (P),
 # d = output-column blocks (Q), e = kernel rows (R), f = kernel columns (S); batch N = 1. One BRGEMM:
