@@ -31,6 +31,7 @@ def problem(space: dict | None = None, workload: Workload = TINY) -> Problem:
 
 def test_search_config_validation() -> None:
     assert SearchConfig.from_config(None) is None
+    assert SearchConfig.from_config({"strategy": None, "budget": None}) is None  # search=none
     cfg = SearchConfig.from_config({"strategy": "random", "budget": 5, "seed": 2})
     assert cfg is not None and (cfg.strategy, cfg.budget, cfg.seed) == ("random", 5, 2)
     bads = [

@@ -51,7 +51,7 @@ class SearchConfig:
 
     @classmethod
     def from_config(cls, conf: Mapping[str, Any] | None) -> SearchConfig | None:
-        if not conf:
+        if not conf or ("strategy" in conf and conf["strategy"] is None):  # conf/search/none.yaml
             return None
         conf = dict(conf)
         name = conf.get("strategy", "exhaustive")
