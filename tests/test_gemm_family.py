@@ -427,3 +427,14 @@ def test_fig13_ladder_and_fig19_packing_and_fig20_parallel(tmp_path: Path) -> No
     )
     (f20,) = figures_of(rows, tmp_path, "gemm_fig20")
     assert f20.verdict == "reproduced" and f20.ours == pytest.approx((1.8 + 1.9) / 2)
+
+
+def test_unknown_variant_is_one_line_exit_2() -> None:
+    import subprocess
+    import sys
+
+    args = ["show", "space=gemm_family", "space.gemm_variant=B2A3C0", "workload=gemm_square_128"]
+    cmd = [sys.executable, "-c", "from harness.cli import main; main()", *args]
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=CONF.parent.parent, timeout=120)
+    assert out.returncode == 2 and out.stderr.strip().count("\n") == 0
+    assert "unknown GEMM variant 'B2A3C0'" in out.stderr
