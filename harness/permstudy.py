@@ -280,3 +280,18 @@ def spearman_by_layer(sim: pd.DataFrame, timed: pd.DataFrame) -> pd.DataFrame:
                 "p_value": float(pval),
             })  # fmt: skip
     return pd.DataFrame(rows)
+
+
+def average_speedups(
+    results: Path, experiment: str | None = None, cache: str = "loki", threads: int = 1
+) -> dict[perm.Order, float]:
+    """Per order, the average speedup over the simulated layers: the ranking behind
+    ``kernels.permutations.select_orders("best-average", ranking=...)`` (empty without simulations)."""
+    sim = load_sim(results, experiment)
+    if sim.empty:
+        return {}
+    part = sim[(sim["cache"] == cache) & (sim["threads"] == threads) & sim["partial_sums"]]
+    if part.empty:
+        return {}
+    avg = speedup_table(part).mean(axis=1)
+    return {perm.parse_order(o): float(v) for o, v in avg.items()}

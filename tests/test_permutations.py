@@ -154,3 +154,17 @@ def test_command_bad_input_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[
         assert exc.value.code == 2
         err = capsys.readouterr().err.strip()
         assert err.startswith("harness permutations: error:") and "\n" not in err
+
+
+def test_best_average_from_stored_simulations(tmp_path: Path) -> None:
+    from harness import cachesim
+
+    sizes = {"k": 4, "c": 4, "h": 4, "w": 4, "r": 3, "s": 3}
+    permstudy.run_simulations(
+        tmp_path, "t", {"small": sizes}, [cachesim.load_config("loki")], say=lambda _m: None
+    )
+    ranking = permstudy.average_speedups(tmp_path, "t")
+    assert len(ranking) == 720 and max(ranking.values()) == 1.0
+    (best,) = perm.select_orders("best-average", ranking=ranking)
+    assert ranking[best] == 1.0
+    assert permstudy.average_speedups(tmp_path, "t", cache="host") == {}
