@@ -32,6 +32,7 @@ Where the language is coarser than the paper (said in the report and the final n
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from itertools import product
@@ -44,6 +45,15 @@ from kernels.gemm_model import ROLES, Blocking, blocking, levels, register_tile
 VARIANTS: tuple[str, ...] = ("B3A2C0", "A3B2C0", "B3C2A0", "A3C2B0", "C3A2B0", "C3B2A0")
 PACKINGS: tuple[str, ...] = ("both", "A", "B", "none")  # Fig 19 (resident C variants)
 STAGES: tuple[str, ...] = ("basic", "blocked", "packed", "ukernel", "optimized")  # Fig 13
+# loop order of the three block loops (§2.2 of the notes, the paper's Figs 1-2, 11-12)
+OUTER_ORDER: dict[str, list[str]] = {
+    "B3A2C0": ["j", "k", "i"],
+    "A3B2C0": ["i", "k", "j"],
+    "B3C2A0": ["j", "k", "i"],
+    "A3C2B0": ["i", "k", "j"],
+    "C3A2B0": ["j", "i", "k"],
+    "C3B2A0": ["j", "i", "k"],
+}
 OPTIONS: dict[str, Any] = {"partial": "masked"}  # every family scheme takes remainders in its microkernel
 
 
@@ -143,15 +153,7 @@ def variant_scheme(variant: str, p: Params, lanes: int, pack: str = "both", stag
         "A": {"B": ["Pack_B"], "C": ["PackT_C[j,i]"]},
     }[res]
     l3, l2 = variant[0], variant[2]
-    # loop order of the three block loops (§2.2 of the notes, the paper's Figs 1-2, 11-12)
-    outer_order = {
-        "B3A2C0": ["j", "k", "i"],
-        "A3B2C0": ["i", "k", "j"],
-        "B3C2A0": ["j", "k", "i"],
-        "A3C2B0": ["i", "k", "j"],
-        "C3A2B0": ["j", "i", "k"],
-        "C3B2A0": ["j", "i", "k"],
-    }[variant]
+    outer_order = OUTER_ORDER[variant]
     atoms: list[str] = []
     placed: set[str] = set()
     for d in outer_order:
@@ -328,6 +330,7 @@ def roles_table() -> dict[str, dict[str, str]]:
     }
 
 
+@functools.lru_cache(maxsize=4096)
 def identify(text: str, lanes: int) -> dict[str, Any] | None:
     """Which family member, parameters, packing and stage a scheme text is (None if it is none of them):
     the inverse of :func:`variant_scheme`, found by regenerating the candidates and comparing canonical
@@ -360,7 +363,10 @@ def identify(text: str, lanes: int) -> dict[str, Any] | None:
         (1, u.get("j", 1) * vec, u.get("k", 1)),  # resident B
         (u.get("i", 1) * vec, 1, u.get("k", 1)),  # resident A
     ]
+    order = re.findall(r"\bR_(\w)", target)
     for variant, pack, stage in product(VARIANTS, PACKINGS, STAGES):
+        if OUTER_ORDER[variant] != order:  # the block loops' order tells the family member apart
+            continue
         if (pack != "both" or stage != "optimized") and resident(variant) != "C":
             continue
         if stage == "blocked" and pack != "none":  # "blocked" packs nothing whatever pack says
