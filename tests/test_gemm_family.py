@@ -338,6 +338,9 @@ def test_fig16_verdict_follows_the_numbers(ours: float, verdict: str, tmp_path: 
     assert fig.verdict == verdict and "4x24" in fig.measured
     assert fig.ours == pytest.approx(1.0 if ours > 20 else 0.0)  # share of layers (weighted: 1 + 4 of 5)
     assert {r["kernel"] for r in fig.table} == {"4x24"}
+    assert (
+        "vs BLIS" in fig.measured and f"(x{ours / 20.0:.2f};" in fig.measured
+    )  # layer-weighted network time
 
 
 @pytest.mark.parametrize(("resident_b", "verdict"), [(10.0, "reproduced"), (40.0, "differs")])
