@@ -142,7 +142,10 @@ def fig5_3(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
                     f"; YaConv with our microkernel / with BLIS's: x{og:.2f} geomean [{olo:.2f}, {ohi:.2f}]"
                 )
             if "branches" in wide and wide["branches"].notna().any():
-                extra += f"; fewer branches on {(wide['branches'] < 1).mean():.0%} of the layers ({SOURCE})"
+                br = wide["branches"].dropna()
+                extra += (
+                    f"; fewer branches on {int((br < 1).sum())} of the {len(br)} layers counted ({SOURCE})"
+                )
             verdict = (
                 "reproduced"
                 if gm >= meta["paper_numbers"]["low"] and lo > 1
