@@ -282,6 +282,8 @@ def test_space_configs_compose() -> None:
     assert {identify(c.text, LANES)["pack"] for c in packing if c.kind == "scheme"} == set(PACKINGS)  # type: ignore[index]
     sweep = compose_candidates("space=gemm_model_sweep", "workload=gemm_square_512")
     assert len(sweep) > 10 and len({c.text for c in sweep}) == len(sweep)
+    labels = [dict(c.options)["gemm_blocks"] for c in sweep]
+    assert labels.count("model") == 1 and len(set(labels)) == len(labels)
     ablation = compose_candidates("space=gemm_ablation", "workload=gemm_square_128", "baselines=[]")
     assert {identify(c.text, LANES)["stage"] for c in ablation} == set(STAGES)  # type: ignore[index]
 
