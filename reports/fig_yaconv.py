@@ -333,17 +333,19 @@ def fig5_4(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
     figures = []
     for fp, wide in ratios(summary, "yaconv_fig5_4").items():
         g = wide["workload"].map(geometry).apply(pd.Series)
-        wide = pd.concat([wide, g[["H", "M"]]], axis=1)
+        wide = pd.concat([wide, g[["H", "M", "P"]]], axis=1)
+        # our kernels run on the materialised padded image: H + 2P rows go through the NR-row panels
+        wide["rows"] = wide["H"] + 2 * wide["P"]
         part = summary[(summary["experiment"] == "yaconv_fig5_4") & (summary["machine_fingerprint"] == fp)]
         image, csv = _heatmap(wide, "H", "M", fp, "yaconv_fig5_4", out_dir)
         nr = _nr()
         rho = float(wide["ratio"].corr(wide["M"], method="spearman"))
         if nr:
-            on = wide[wide["H"] % nr == 0]["ratio"]
-            off = wide[wide["H"] % nr != 0]["ratio"]
+            on = wide[wide["rows"] % nr == 0]["ratio"]
+            off = wide[wide["rows"] % nr != 0]["ratio"]
             gon, goff = geomean_ci(on)[0], geomean_ci(off)[0]
             periodic = bool(len(on) and len(off) and gon > goff)
-            text = f"geomean ratio at H multiple of NR={nr}: x{gon:.2f} vs x{goff:.2f} elsewhere"
+            text = f"geomean ratio where H + 2P is a multiple of NR={nr}: x{gon:.2f} vs x{goff:.2f} elsewhere"
         else:
             periodic, text = False, "NR unknown here (no BLIS): period not checked"
         verdict = "reproduced" if periodic and rho < 0 else "partial" if periodic or rho < 0 else "differs"
@@ -354,7 +356,8 @@ def fig5_4(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
                 part,
                 measured=f"{text}; Spearman rho(ratio, M) = {rho:.2f} over {len(wide)} (H, M) points",
                 verdict=verdict,
-                statistic="geomean GFLOPS ratio at H = 0 mod NR vs other H (period), Spearman correlation of "
+                statistic="geomean GFLOPS ratio at H + 2P = 0 mod NR (padded rows, our operator) vs other H "
+                "(period), Spearman correlation of "
                 "the ratio with M (falls with M); reproduced if both hold, partial if one does",
                 image=image,
                 csv=csv,
