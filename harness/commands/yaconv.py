@@ -93,7 +93,7 @@ def seed000_layers() -> list[Layer]:
 def grid(which: str, quick: bool) -> list[Layer]:
     """Fig 5.4: H = W x M at C = 300, F = 3, P = 1; Fig 5.6: C x M at H = W = 7 (run.sh's values)."""
     if which == "fig5_4":
-        hs = [7, 10, 12, 14, 18, 24] if quick else list(range(4, 57, 2))
+        hs = [7, 10, 12, 14, 16, 22] if quick else list(range(4, 57, 2))  # H + 2: 3 multiples of 6, 2 of 12
         ms = [64, 256, 512] if quick else [32, 64, 128, 192, 256, 320, 384, 448, 512, 640, 768, 896, 1024]
         return [Layer(h, h, 300, m, 3, 1) for h in hs for m in ms]
     cs = [32, 128, 512] if quick else [32, 64, 96, 128, 192, 256, 384, 512, 768, 960, 1024, 1152]
