@@ -88,6 +88,25 @@ def _libs_best(part: pd.DataFrame) -> pd.DataFrame:
     )
 
 
+def _occupancy(table: pd.DataFrame, best: pd.DataFrame, fp: str) -> None:
+    """Fig 17's model-predicted shares: Br (kc x nr) of L1 and Ac (mc x kc) of L2 for each layer's best
+    kernel and blocks, when the report runs on the machine measured (the summary has no cache sizes)."""
+    from harness.machine import detect
+    from kernels.gemm_model import levels, occupancy
+
+    m = detect()
+    if m.fingerprint != fp:
+        return
+    caches = levels(m)
+    by = best.set_index("workload")
+    shares = [
+        occupancy("B3A2C0", caches, int(r["mr"]), int(r["nr"]), 1, int(r["mc"]), int(r["nc"]), int(r["kc"]))
+        for _, r in by.loc[table["workload"]].iterrows()
+    ]
+    table["L1 % (Br)"] = [o["l1_pct_b"] for o in shares]
+    table["L2 % (Ac)"] = [o["l2_pct"] for o in shares]
+
+
 def _verdict(holds: list[bool]) -> str:
     return "reproduced" if holds and all(holds) else "partial" if any(holds) else "differs"
 
@@ -186,6 +205,7 @@ def fig16(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
         )
         table["flops"] = table["workload"].map(best.set_index("workload")["flops"])
         table = table.sort_values("layer_type")
+        _occupancy(table, best, str(fp))
         # the whole network as the paper times it (§8.4.2, footnote 4): layers x time of their type
         secs = {
             c: (table["layers"] * table["flops"] / (table[c] * 1e9)).sum() for c in ("gflops", "blis GFLOP/s")
