@@ -31,7 +31,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
@@ -41,8 +41,10 @@ from harness.build import CompilerConfig, build_many
 from harness.check import CheckConfig, check_output, make_tensors
 from harness.machine import detect
 from harness.run import RunLimits, TimingConfig, run_kernel
+from kernels.baselines import BaselineUnavailable
 from kernels.candidate import Candidate, KernelSource, Workload, render
-from kernels.scheme import Atom, SchemeError, format_scheme
+from kernels.external import EXTERNALS
+from kernels.scheme import Atom, SchemeError, expand, format_scheme, fused_atoms
 from kernels.targets import get_target
 
 T = TypeVar("T")
@@ -54,7 +56,10 @@ RULES = frozenset(
         "syntax", "positive-size", "unknown-dimension", "single-V", "V-innermost", "V-stride1",
         "V-reduction", "unroll-innermost", "R-once", "R-outermost", "texct-chain", "lambda-pair",
         "lambda-seq", "granularity", "divisibility", "coverage", "scalp-output", "scalp-scope",
-        "scalp-once", "unknown-tensor", "packt-dims",
+        "scalp-once", "unknown-tensor", "packt-dims", "par-outermost", "par-reduction",
+        "external-innermost", "external-once", "external-V", "external-suffix", "external-scalp",
+        "external-unknown", "external-operator", "external-dimension", "external-size",
+        "external-flexible", "external-layout",
     }
 )  # fmt: skip
 OK = "ok"
@@ -63,6 +68,9 @@ REJECTED = "rejected"
 FAILURES = ("compile_error", "crash", "timeout", "run_error", "wrong", "unexpected", "bad_message")
 MUTATE_P = 0.7  # with ~40% of mutants still legal, about half of all schemes are legal
 UNROLL_BUDGET = 48  # near-legal schemes keep at most this many FMAs per unrolled block
+EXTERNAL_OPS = tuple(sorted({op for e in EXTERNALS.values() for op in e.ops}))
+PARALLEL_P = 0.15  # near-legal schemes with a parallel prefix (Tpar / Tfused)
+EXTERNAL_P = 0.2  # near-legal matmul schemes ending in an ExternalCall
 PARTIAL = ("none", "masked", "padded")  # codegen.partial modes
 LETTERS = "abcdefghijklmnopqrstuvwxyz"
 
@@ -324,6 +332,84 @@ def _packt_dims(draw: Draw, dims: Sequence[str], last: str | None) -> tuple[str,
     return tuple(order + ([last] if last in dims else []))
 
 
+def _static_footprint(atoms: Sequence[Atom], vdim: str | None, lanes: int) -> int | None:
+    """Footprint of a chain made only of T/U/V atoms (None if it has anything else)."""
+    fp = 1
+    for a in atoms:
+        if a.kind in ("T", "U") and a.size:
+            fp *= a.size
+        elif a.kind == "V":
+            fp *= lanes
+        else:
+            return None
+    return fp
+
+
+def _parallel_prefix(
+    draw: Draw, chains: dict[str, _Chain], workload: Workload, vdim: str | None, lanes: int
+) -> list[Atom]:
+    """Turn the top loop of one or two output dimensions into parallel atoms (Tpar, or one Tfused): a
+    top T_{t,d} becomes Tpar_{t,d}; a top R_d over static tiles becomes Tpar_{size/footprint,d}. The
+    chains lose those atoms; the returned prefix goes above everything."""
+    convertible: list[tuple[str, int]] = []
+    for d in workload.op.output.dims():
+        loops = chains[d].loops
+        if not loops:
+            continue
+        top = loops[0]
+        if top.kind == "T" and top.size:
+            convertible.append((d, top.size))
+        elif top.kind == "R":
+            below = [*loops[1:], *chains[d].unrolls, *([Atom("V", d)] if d == vdim else [])]
+            fp = _static_footprint(below, vdim, lanes)
+            if fp and workload.size[d] % fp == 0:
+                convertible.append((d, workload.size[d] // fp))
+    if not convertible:
+        return []
+    picked = [convertible.pop(draw.int(0, len(convertible) - 1))]
+    if convertible and draw.coin(0.5):
+        picked.append(convertible.pop(draw.int(0, len(convertible) - 1)))
+    for d, _ in picked:
+        chains[d].loops.pop(0)
+    if len(picked) == 2 and draw.coin(0.6):
+        return list(fused_atoms(picked))
+    return [Atom("Tpar", d, t) for d, t in picked]
+
+
+def external_scheme(draw: Draw, workload: Workload, lanes: int) -> tuple[Atom, ...]:
+    """A near-legal matmul scheme ending in ``ExternalCall_{libxsmm,a,d}``: on the flexible dimension
+    R_d (maybe over a Texct) steps by a, any remainder going to the call; the other dimensions get plain
+    chains whose U atoms (the call's fixed tile) sit just above the call."""
+    op = workload.op
+    sizes = workload.size
+    d = draw.pick(list(op.dims))
+    alpha = draw.int(1, sizes[d] + 2)
+    flex: list[Atom] = [Atom("R", d)]
+    if draw.coin(0.4):
+        flex.append(Atom("Texct", d, alpha * draw.int(1, 3) + draw.int(0, alpha - 1)))
+    chains = [flex]
+    unrolls: list[list[Atom]] = []
+    budget = 64
+    for e in op.dims:
+        if e == d:
+            continue
+        ch, used = _chain(draw, e, sizes[e], 1, budget, False)
+        budget = max(1, budget // max(1, used))
+        chains.append(ch.loops)
+        unrolls.append(ch.unrolls)
+    loops = _interleave(draw, chains)
+    prefix: list[Atom] = []
+    if draw.coin(0.3):  # a parallel loop above, on an output dimension other than d
+        outs = [e for e in op.output.dims() if e != d and loops and any(a.dim == e for a in loops)]
+        if outs:
+            e = draw.pick(outs)
+            top = next(p for p, a in enumerate(loops) if a.dim == e)
+            if loops[top].kind == "T":
+                prefix = [Atom("Tpar", e, loops.pop(top).size)]
+    name = draw.pick(sorted(EXTERNALS)) if draw.coin(0.95) else "nosuchkernel"
+    return tuple(prefix + loops + _interleave(draw, unrolls) + [Atom("ExternalCall", d, alpha, name=name)])
+
+
 def near_legal_scheme(draw: Draw, workload: Workload, lanes: int, partial: str = "none") -> tuple[Atom, ...]:
     """A scheme meant to be legal: per-dimension chains built from divisors (with ``partial``, also
     ragged ones), merged in a random order, with optional ScalP and Pack/PackT atoms."""
@@ -359,6 +445,7 @@ def near_legal_scheme(draw: Draw, workload: Workload, lanes: int, partial: str =
         n_lambda += any(a.kind == "lambda_seq" for a in ch.loops)
         budget = max(1, budget // used)
         chains[d] = ch
+    prefix = _parallel_prefix(draw, chains, workload, vdim, lanes) if draw.coin(PARALLEL_P) else []
     loops = _interleave(draw, [chains[d].loops for d in dims])
     unrolls = _interleave(draw, [chains[d].unrolls for d in dims])
     reduction = set(op.reduction_dims)
@@ -392,7 +479,7 @@ def near_legal_scheme(draw: Draw, workload: Workload, lanes: int, partial: str =
         loops.insert(at, p)
         at += 1
         limit += 1
-    return tuple(loops + unrolls + ([Atom("V", vdim)] if vdim else []))
+    return tuple(prefix + loops + unrolls + ([Atom("V", vdim)] if vdim else []))
 
 
 # -- mutations ------------------------------------------------------------------------------------------
@@ -424,8 +511,18 @@ def _random_atom(
     lanes: int,
     tensors: Sequence[tuple[str, tuple[str, ...]]],
 ) -> Atom:
-    kind = draw.pick(("R", "T", "U", "V", "Ul", "lambda_seq", "Texct", "Tvar", "Texctg", "ScalP", "Pack"))
+    kind = draw.pick(
+        ("R", "T", "U", "V", "Ul", "lambda_seq", "Texct", "Tvar", "Texctg", "ScalP", "Pack", "Tpar", "Tfused",
+         "ExternalCall")
+    )  # fmt: skip
     d = draw.pick(list(dims))
+    if kind == "Tfused":
+        other = draw.pick(list(dims))
+        pairs = [(d, draw.int(1, 4))] + ([(other, draw.int(1, 4))] if other != d else [])
+        return fused_atoms(pairs)[0]
+    if kind == "ExternalCall":
+        name = draw.pick([*sorted(EXTERNALS), "nosuchkernel"])
+        return Atom(kind, d, draw.int(1, sizes[d] + 2), name=name)
     if kind == "Pack":
         return _random_pack(draw, tensors)
     if kind == "ScalP":
@@ -434,7 +531,7 @@ def _random_atom(
         return Atom(kind, d)
     if kind == "lambda_seq":
         return Atom(kind, d, seq=((draw.int(1, 3), draw.int(1, 4)), (draw.int(1, 3), draw.int(1, 4))))
-    size = draw.pick(_divisors(sizes[d])) if kind in ("T", "U") else draw.int(1, sizes[d] + lanes)
+    size = draw.pick(_divisors(sizes[d])) if kind in ("T", "U", "Tpar") else draw.int(1, sizes[d] + lanes)
     return Atom(kind, d, size)
 
 
@@ -455,8 +552,13 @@ def mutate(draw: Draw, atoms: tuple[Atom, ...], workload: Workload, lanes: int) 
         s.pop(p)
     elif what == "size":
         a = s[p]
-        if a.size is not None:
-            s[p] = Atom(a.kind, a.dim, _new_size(draw, a.size))
+        if a.kind == "Tfused":
+            pairs = list(a.fused)
+            k = draw.int(0, len(pairs) - 1)
+            pairs[k] = (pairs[k][0], _new_size(draw, pairs[k][1]))
+            s[p] = fused_atoms(pairs)[0]
+        elif a.size is not None:
+            s[p] = Atom(a.kind, a.dim, _new_size(draw, a.size), name=a.name)
         elif a.kind == "lambda_seq":
             seq = list(a.seq)
             k = draw.int(0, len(seq) - 1)
@@ -489,8 +591,13 @@ def mutate(draw: Draw, atoms: tuple[Atom, ...], workload: Workload, lanes: int) 
             s[p] = Atom("PackT", tensor=a.tensor, dims=(*a.dims[:k], d, *a.dims[k + 1 :]))
         elif a.kind == "Pack":
             s[p] = Atom("Pack", tensor=draw.pick([*(t for t, _ in tensors), "Z"]))
+        elif a.kind == "Tfused":
+            pairs = list(a.fused)
+            k = draw.int(0, len(pairs) - 1)
+            pairs[k] = (d, pairs[k][1])
+            s[p] = fused_atoms(pairs)[0]
         else:
-            s[p] = Atom(a.kind, d, a.size, a.seq)
+            s[p] = Atom(a.kind, d, a.size, a.seq, name=a.name)
     elif what == "insert":
         s.insert(draw.int(0, len(s)), _random_atom(draw, dims, workload.size, lanes, tensors))
     elif what == "vector":
@@ -499,8 +606,10 @@ def mutate(draw: Draw, atoms: tuple[Atom, ...], workload: Workload, lanes: int) 
         s.insert(draw.int(0, len(s)), _random_pack(draw, tensors))
     elif what == "kind":
         a = s[p]
-        if a.kind in ("T", "U", "Texct", "Tvar", "Texctg"):
-            s[p] = Atom(draw.pick(("T", "U", "Texct", "Tvar", "Texctg")), a.dim, a.size)
+        if a.kind in ("T", "U", "Texct", "Tvar", "Texctg", "Tpar", "Tfused"):
+            s[p] = Atom(draw.pick(("T", "U", "Texct", "Tvar", "Texctg", "Tpar")), a.dim, a.size)
+        elif a.kind == "ExternalCall":
+            s[p] = Atom(draw.pick(("U", "Tvar")), a.dim, a.size)
         elif a.kind in ("R", "V", "Ul"):
             s[p] = Atom(draw.pick(("R", "V", "Ul")), a.dim)
         elif a.kind in ("Pack", "PackT"):
@@ -508,12 +617,23 @@ def mutate(draw: Draw, atoms: tuple[Atom, ...], workload: Workload, lanes: int) 
             s[p] = (
                 Atom("PackT", tensor=a.tensor, dims=t) if a.kind == "Pack" else Atom("Pack", tensor=a.tensor)
             )
-    return tuple(s)
+    return normalize(tuple(s))
+
+
+def normalize(atoms: Sequence[Atom]) -> tuple[Atom, ...]:
+    """The atoms as their text reads back: a Tfused is its first pair's atom (which carries the list)
+    followed by the others, wherever a mutation moved or dropped its parts."""
+    written = [a for a in atoms if not (a.kind == "Tfused" and a.part > 0)]
+    fixed = [fused_atoms(a.fused or ((a.dim, a.size),))[0] if a.kind == "Tfused" else a for a in written]
+    return expand(fixed)  # type: ignore[arg-type]
 
 
 def gen_scheme(draw: Draw, workload: Workload, lanes: int, partial: str = "none") -> tuple[Atom, ...]:
     """A near-legal scheme, then (with probability MUTATE_P) one to three mutations of it."""
-    atoms = near_legal_scheme(draw, workload, lanes, partial)
+    if workload.op.name in EXTERNAL_OPS and partial == "none" and draw.coin(EXTERNAL_P):
+        atoms = external_scheme(draw, workload, lanes)
+    else:
+        atoms = near_legal_scheme(draw, workload, lanes, partial)
     if draw.coin(MUTATE_P):
         for _ in range(draw.pick((1, 1, 1, 2, 3))):
             atoms = mutate(draw, atoms, workload, lanes)
@@ -584,6 +704,7 @@ def message_problems(exc: SchemeError, atoms: Sequence[Atom]) -> list[str]:
     """What the message of ``exc`` (raised on ``atoms``) misses of its contract; [] when precise."""
     msg = str(exc)
     problems = []
+    atoms = [a for a in atoms if not (a.kind == "Tfused" and a.part > 0)]  # positions count atoms as written
     if exc.rule not in RULES:
         problems.append(f"unknown rule {exc.rule!r}")
     if f"[rule: {exc.rule}]" not in msg:
@@ -604,7 +725,7 @@ def message_problems(exc: SchemeError, atoms: Sequence[Atom]) -> list[str]:
         problems.append(f"does not name atom {exc.atom.text()}")
     if exc.position is None or f"at position {exc.position}" not in msg:
         problems.append("no position")
-    elif not (0 <= exc.position < len(atoms)) or atoms[exc.position] != exc.atom:
+    elif not (0 <= exc.position < len(atoms)) or atoms[exc.position].text() != exc.atom.text():
         problems.append(f"position {exc.position} is not where {exc.atom.text()} is")
     if exc.atom.dim is not None and f"(dimension {exc.atom.dim})" not in msg:
         problems.append(f"no (dimension {exc.atom.dim})")
@@ -634,6 +755,8 @@ def classify(case: FuzzCase) -> Verdict:
         if problems:
             return Verdict("bad_message", exc.rule, f"{'; '.join(problems)}: {exc}")
         return Verdict(REJECTED, exc.rule, str(exc))
+    except BaselineUnavailable as exc:  # an ExternalCall whose library is not installed here
+        return Verdict("unsupported", None, str(exc))
     except Exception as exc:  # noqa: BLE001 - anything else breaks the property
         return Verdict("unexpected", None, f"render: {type(exc).__name__}: {exc}")
     return Verdict("legal", source=src)
@@ -646,11 +769,14 @@ def execute(
     limits: RunLimits,
     workspace_bytes: int = 0,
     seed: int = 0,
+    threads: int = 1,
 ) -> Verdict:
-    """Run a compiled legal case once (with the workspace its source asks for), check every point."""
+    """Run a compiled legal case once (with the workspace its source asks for, on ``threads`` OpenMP
+    threads), check every point."""
     try:
         tensors = make_tensors(case.workload, seed, FULL_CHECK)
-        res = run_kernel(so_path, tensors, workspace_bytes, FAST_TIMING, (), limits, cache_dir)
+        timing = FAST_TIMING if threads == 1 else replace(FAST_TIMING, threads=threads)
+        res = run_kernel(so_path, tensors, workspace_bytes, timing, (), limits, cache_dir)
         if res.status != "ok" or res.output is None:
             outcome = {"crash": "crash", "timeout": "timeout"}.get(res.status, "run_error")
             return Verdict(outcome, reason=f"{res.status}: {res.reason}")
@@ -682,18 +808,24 @@ def check_cases(
     legal = [n for n, v in enumerate(verdicts) if v.outcome == "legal"]
     sources = [verdicts[n].source for n in legal]
     builds = build_many(sources, compiler, Path(cache_dir) / "so", jobs)  # type: ignore[arg-type]
-    to_run: list[tuple[int, Path, int]] = []
+    to_run: list[tuple[int, Path, int, int]] = []
+    threads = min(2, len(os.sched_getaffinity(0)))  # parallel kernels run on two cores where there are
     for n, src, built in zip(legal, sources, builds, strict=True):
         if not built.ok or built.so_path is None:
             verdicts[n] = Verdict("compile_error", reason=built.error[-1500:])
         elif src.target not in ("any", *runnable):  # type: ignore[union-attr]
             verdicts[n] = Verdict("unsupported", reason="compiled only: this CPU cannot run it")
         else:
-            to_run.append((n, built.so_path, src.workspace_bytes))  # type: ignore[union-attr]
+            par = threads if "-fopenmp" in src.cflags else 1  # type: ignore[union-attr]
+            to_run.append((n, built.so_path, src.workspace_bytes, par))  # type: ignore[union-attr]
     if to_run:
         with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
-            done = list(pool.map(lambda it: execute(batch[it[0]], it[1], cache_dir, limits, it[2]), to_run))
-        for (n, _, _), v in zip(to_run, done, strict=True):
+            done = list(
+                pool.map(
+                    lambda it: execute(batch[it[0]], it[1], cache_dir, limits, it[2], threads=it[3]), to_run
+                )
+            )
+        for (n, _, _, _), v in zip(to_run, done, strict=True):
             verdicts[n] = v
     return verdicts
 

@@ -27,6 +27,7 @@ from kernels.scheme import (
     LoopStep,
     SchemeError,
     analyze,
+    as_written,
     format_scheme,
     parse_scheme,
     walk_dim,
@@ -69,7 +70,10 @@ def analyze_for(
         partial=partial == "masked",
         tensors={t.tensor: t.dims() if _plain_axes(t) else None for t in op.tensors},
     )
-    _check_external_entry(an, op)
+    try:
+        _check_external_entry(an, op)
+    except SchemeError as exc:
+        raise as_written(exc, an.scheme) from None
     if an.vector_dim is not None and an.vector_dim in op.reduction_dims:
         v = an.scheme[-1]
         raise SchemeError(
@@ -629,8 +633,10 @@ class _Gen:
         extents = {}
         for d, (_, e) in env.items():
             if d != a.dim and not isinstance(e, int):
-                why = f"{ext.name} is flexible on {a.dim} only; {d} has a variable extent ({e}) here"
-                raise SchemeError("external-flexible", why, a, pos, dim=d)
+                why = (
+                    f"{ext.name} is flexible on {a.dim} only; dimension {d} has a variable extent ({e}) here"
+                )
+                raise SchemeError("external-flexible", why, a, pos)
             extents[d] = str(e)
         bases = {d: b for d, (b, _) in env.items()}
         names, rows = {}, {}
@@ -762,7 +768,10 @@ def render_scheme(candidate: Candidate, workload: Workload) -> KernelSource:
             analyze_for(candidate.text, workload, target, "masked")
             raise
     an = analyze_for(candidate.text, padded, target, partial)
-    code, workspace = generate(an, padded, target, hoist=hoist, fma=fma)
+    try:
+        code, workspace = generate(an, padded, target, hoist=hoist, fma=fma)
+    except SchemeError as exc:  # a rule only code generation can check (external-flexible, ...)
+        raise as_written(exc, an.scheme) from None
     parallel = any(a.kind in PAR_KINDS for a in an.scheme)
     if padded is not workload:
         code, workspace = wrap_padded(code, workspace, workload, padded)

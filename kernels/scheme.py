@@ -238,7 +238,21 @@ def parse_scheme(spec: str | Sequence[object]) -> Scheme:
             atoms.append(_atom_from_mapping(item) if isinstance(item, Mapping) else parse_atom(str(item)))
         except SchemeError as exc:
             raise SchemeError(exc.rule, exc.detail, None, pos) from None
-    return validate_atoms(expand(atoms))
+    scheme = expand(atoms)
+    try:
+        return validate_atoms(scheme)
+    except SchemeError as exc:
+        raise as_written(exc, scheme) from None
+
+
+def as_written(exc: SchemeError, scheme: Scheme) -> SchemeError:
+    """``exc`` with its position counted in the scheme as written (a Tfused is one atom, not one per
+    pair), so the position always points at the atom the user wrote."""
+    if exc.position is None or not any(a.kind == "Tfused" and a.part for a in scheme[: exc.position + 1]):
+        return exc
+    # the written atoms up to and including this one; a later pair of a Tfused maps to its first
+    pos = sum(1 for a in scheme[: exc.position + 1] if not (a.kind == "Tfused" and a.part > 0)) - 1
+    return SchemeError(exc.rule, exc.detail, exc.atom, pos, exc.dim)
 
 
 def validate_atoms(atoms: Scheme) -> Scheme:
@@ -374,9 +388,25 @@ def analyze(
     sum such as ``h*2 + r``), so the rules need no operator import here.
     """
     if isinstance(spec, tuple) and all(isinstance(a, Atom) for a in spec):
-        scheme: Scheme = validate_atoms(expand(spec))
+        scheme: Scheme = expand(spec)
     else:
         scheme = parse_scheme(spec)  # type: ignore[arg-type]
+    try:
+        return _analyze(validate_atoms(scheme), dims, sizes, lanes, stride1, output_dims, partial, tensors)
+    except SchemeError as exc:
+        raise as_written(exc, scheme) from None
+
+
+def _analyze(
+    scheme: Scheme,
+    dims: Sequence[str],
+    sizes: Mapping[str, int],
+    lanes: int,
+    stride1: Mapping[str, Sequence[str]],
+    output_dims: Sequence[str],
+    partial: bool,
+    tensors: Mapping[str, tuple[str, ...] | None] | None,
+) -> Analysis:
     sizes = dict(sizes)
     tensors = dict(tensors or {})
     for pos, a in enumerate(scheme):
@@ -518,11 +548,11 @@ def _check_external(scheme: Scheme, vpos: Sequence[int]) -> None:
     if vpos:
         why = "the external microkernel does its own vectorization: no V with an ExternalCall"
         raise SchemeError("external-V", why, a, p)
-    for q, b in enumerate(scheme):
+    for b in scheme:
         if b.kind == "ScalP":
             raise SchemeError("external-scalp", "ScalP promotes accumulators the external call owns", a, p)
         if b.kind in UNROLL_KINDS and b.dim == a.dim:
-            why = f"{b.text()} (position {q}) unrolls the call's flexible dimension {a.dim}: use a loop"
+            why = f"{b.text()} unrolls the call's flexible dimension {a.dim}: use a loop"
             raise SchemeError("external-suffix", why, a, p)
 
 
@@ -539,7 +569,7 @@ def _check_parallel(scheme: Scheme, dims: Sequence[str], output_dims: Sequence[s
             above = scheme[seen_serial]
             raise SchemeError(
                 "par-outermost",
-                f"a parallel loop must be outermost: {above.text()} (position {seen_serial}) is above it; "
+                f"a parallel loop must be outermost: {above.text()} is above it; "
                 "only Tpar/Tfused atoms may be above a parallel atom",
                 a,
                 pos,

@@ -123,6 +123,8 @@ def test_rejection_messages_name_atom_position_dimension_and_rule() -> None:
     legal = 0
     for index in range(400):
         case = random_case(seed=11, index=index, target=HOST_TARGET)
+        # positions count the atoms as written: a Tfused_[...] is one atom (one Atom per pair inside)
+        written = [a for a in case.atoms if not (a.kind == "Tfused" and a.part > 0)]
         try:
             render(case.candidate, case.workload)
         except SchemeError as exc:
@@ -136,12 +138,12 @@ def test_rejection_messages_name_atom_position_dimension_and_rule() -> None:
             elif exc.atom is None:  # an atom the parser refuses: its position and its text
                 if f"at position {exc.position}" not in msg:
                     problems.append("position")
-                elif case.atoms[exc.position].text() not in msg:  # type: ignore[index]
+                elif written[exc.position].text() not in msg:  # type: ignore[index]
                     problems.append("atom")
             else:
                 if f"atom {exc.atom.text()} at position {exc.position}" not in msg:
                     problems.append("atom/position")
-                elif case.atoms[exc.position] != exc.atom:  # type: ignore[index]
+                elif written[exc.position].text() != exc.atom.text():  # type: ignore[index]
                     problems.append("the position is not the atom's")
                 if exc.atom.dim is not None and f"(dimension {exc.atom.dim})" not in msg:
                     problems.append("dimension")
@@ -198,7 +200,7 @@ def test_seeded_cases_are_reproducible_and_varied() -> None:
     assert {dict(c.workload.op.params).get("stride") for c in cases} >= {1, 2, 3}
     kinds = {a.kind for c in cases for a in c.atoms}
     assert kinds >= {"R", "T", "U", "V", "Ul", "lambda_seq", "Texct", "Tvar", "Texctg", "ScalP"}
-    assert kinds >= {"Pack", "PackT"}
+    assert kinds >= {"Pack", "PackT", "Tpar", "Tfused", "ExternalCall"}
     assert {dict(c.options).get("partial", "none") for c in cases} == set(PARTIAL)
     for c in cases:
         assert all(1 <= n <= 32 for _, n in c.workload.sizes)
@@ -228,6 +230,48 @@ def test_fuzz_end_to_end_small(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert "legal fraction" in table and all(k in table for k in FAILURES)
     assert main(["--n", "2", "--seed", "5", "--cache-dir", str(tmp_path)]) in (0, 1)
     assert "scheme fuzz: 2 schemes" in capsys.readouterr().out
+
+
+def test_parallel_and_external_schemes_through_the_property(shared_cache: Path) -> None:
+    """The generators' Tpar/Tfused prefixes and ExternalCall schemes: legal before mutation, and run
+    right (parallel ones on two threads where there are two CPUs) through the whole property."""
+    from harness.fuzz import external_scheme
+
+    picked: list[FuzzCase] = []
+    kinds: set[str] = set()
+    for index in range(400):
+        draw = RandomDraw(random.Random(f"par-ext:{index}"))
+        w = gen_workload(draw, LANES)
+        if w.op.name == "matmul" and draw.coin(0.5):
+            atoms = external_scheme(draw, w, LANES)
+        else:
+            atoms = near_legal_scheme(draw, w, LANES)
+        new = {a.kind for a in atoms} & {"Tpar", "Tfused", "ExternalCall"}
+        if not new or (new <= kinds and len(picked) >= 4) or atoms[-1].name == "nosuchkernel":
+            continue
+        kinds |= new
+        picked.append(_case(w, atoms))
+        if kinds == {"Tpar", "Tfused", "ExternalCall"} and len(picked) >= 5:
+            break
+    assert kinds == {"Tpar", "Tfused", "ExternalCall"}, kinds
+    verdicts = check_cases(picked, shared_cache, jobs=2)
+    pairs = zip(picked, verdicts, strict=True)
+    bad = [(describe(c.workload), c.label(), v.outcome, v.reason[:300]) for c, v in pairs]
+    assert all(v.outcome in (OK, "unsupported") for v in verdicts), bad
+
+
+def test_tfused_positions_in_messages_count_written_atoms() -> None:
+    atoms = parse_scheme("[Tfused_[(i,2),(j,2)], R_k, Tpar_{2,i}]")
+    w = Workload.make("m", "matmul", {"i": 4, "j": 8, "k": 6})
+    with pytest.raises(SchemeError) as ei:
+        render(Candidate("scheme", format_scheme(atoms), (("target", HOST_TARGET),)), w)
+    assert "atom Tpar_{2,i} at position 2" in str(ei.value)  # not 3: the Tfused is one written atom
+    assert message_problems(ei.value, atoms) == []
+    # an error on a Tfused's second pair points at the Tfused (fuzz seed 1, case 116)
+    with pytest.raises(SchemeError) as ei:
+        parse_scheme("[R_i, Tfused_[(j,2),(i,0)], R_k]")
+    assert "atom Tfused_[(j,2),(i,0)] at position 1 (dimension i)" in str(ei.value)
+    assert ei.value.rule == "positive-size"
 
 
 # -- bugs the fuzzer found --------------------------------------------------------------------------------
