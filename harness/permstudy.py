@@ -160,8 +160,8 @@ def load_sim(results: Path, experiment: str | None = None) -> pd.DataFrame:
 
 
 # -- timing through the standard pipeline ---------------------------------------------------------------
-def timed_experiment_name(experiment: str, layer: str) -> str:
-    return f"{experiment}-{layer}"
+def timed_experiment_name(experiment: str, layer: str, threads: int = 1) -> str:
+    return f"{experiment}-{layer}" if threads == 1 else f"{experiment}-t{threads}-{layer}"
 
 
 def time_orders(
@@ -176,7 +176,10 @@ def time_orders(
     say: Callable[[str], None] | None = None,
     opt_flags: tuple[str, ...] = ("-O3",),
 ) -> list[dict[str, Any]]:
-    """Time the orders' scheme kernels (checked first) and store rows as every study does."""
+    """Time the orders' scheme kernels (checked first) and store rows as every study does.
+
+    With ``timing.threads > 1`` the OpenMP version (Tpar on the outermost loop) of the orders whose
+    outermost loop indexes the output is timed; the others have no parallel kernel and are left out."""
     from harness import machine as machine_mod
     from harness.build import CompilerConfig
     from harness.experiment import Experiment, run_experiment
@@ -187,12 +190,27 @@ def time_orders(
     isa = target or ("avx2" if "avx2" in m.isas else m.best_isa or "avx2")
     w = Workload.make(f"perm-{layer}", "conv2d", dict(sizes), stride=1)
     cands = [perm.candidate(o, partial_sums, isa) for o in orders]
+    threads = timing.threads if timing is not None else 1
+    if threads > 1:
+        cands = [
+            type(c)("scheme", perm.parallel_scheme_text(o, sizes), c.options)
+            for o, c in zip(orders, cands, strict=True)
+            if o[0] in perm.OUTPUT_LOOPS
+        ]
     exp = Experiment(
-        timed_experiment_name(experiment, layer), w, cands,
+        timed_experiment_name(experiment, layer, threads), w, cands,
         timing=timing or TimingConfig(mode="hot", warmup=2, min_reps=5, max_reps=20, max_seconds=1.0),
         compiler=CompilerConfig(opt_flags=tuple(opt_flags)), results_dir=Path(results),
     )  # fmt: skip
     return run_experiment(exp, progress=say, machine=m)
+
+
+def _threads_of(experiment: str) -> int:
+    """Thread count of a timed experiment (``<exp>-t<N>-<layer>``; 1 without the infix)."""
+    import re
+
+    m = re.search(r"-t(\d+)-", experiment)
+    return int(m.group(1)) if m else 1
 
 
 def timed_frame(summary: pd.DataFrame, experiment_prefix: str | None = None) -> pd.DataFrame:
@@ -214,7 +232,7 @@ def timed_frame(summary: pd.DataFrame, experiment_prefix: str | None = None) -> 
             "layer": str(r["workload"]).removeprefix("perm-"), "order": perm.order_text(o),
             "partial_sums": "hoist=False" not in label, "median_ns": float(r["median_ns"]),
             "machine_fingerprint": r["machine_fingerprint"], "cpu_model": r["cpu_model"],
-            "experiment": r["experiment"],
+            "experiment": r["experiment"], "threads": _threads_of(str(r["experiment"])),
         })  # fmt: skip
     return pd.DataFrame(rows)
 
@@ -268,6 +286,7 @@ def spearman_by_layer(sim: pd.DataFrame, timed: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame()
     s = sim[sim["threads"] == 1]
     rows = []
+    timed = timed[timed["threads"] == 1]
     for (layer, ps, fp), t in timed.groupby(["layer", "partial_sums", "machine_fingerprint"]):
         for cache, sc in s[(s["layer"] == layer) & (s["partial_sums"] == ps)].groupby("cache"):
             j = t.merge(sc[["order", "cycles"]].drop_duplicates("order"), on="order")

@@ -122,14 +122,49 @@ def scheme_text(order: Sequence[str]) -> str:
 
 def order_of_scheme(text: str) -> Order:
     """Inverse of :func:`scheme_text` (for rows read back from the store)."""
-    dims = [a.strip().removeprefix("R_") for a in text.strip().strip("[]").split(",")]
+    dims = []
+    for atom in _split_atoms(text.strip().strip("[]")):
+        atom = atom.strip()
+        if atom.startswith("Tpar_{"):  # the parallel version: Tpar_{n,d}
+            atom = atom.removeprefix("Tpar_{").rstrip("}").split(",")[1]
+        dims.append(atom.removeprefix("R_"))
     return parse_order(dims)
+
+
+def _split_atoms(text: str) -> list[str]:
+    """Split on the commas outside braces."""
+    out, depth, cur = [], 0, ""
+    for ch in text:
+        depth += ch == "{"
+        depth -= ch == "}"
+        if ch == "," and depth == 0:
+            out.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    return [*out, cur]
 
 
 def candidate(order: Sequence[str], partial_sums: bool = True, target: str = "avx2") -> Candidate:
     """The scheme candidate of one loop order (partial sums = hoisted output accumulator)."""
     opts = {"target": target, "hoist": bool(partial_sums), "fma": True, "partial": "none"}
     return Candidate("scheme", scheme_text(order), tuple(sorted(opts.items())))
+
+
+def parallel_scheme_text(order: Sequence[str], sizes: Mapping[str, int]) -> str:
+    """The OpenMP version (§3.4): the outermost loop as ``Tpar`` (``omp parallel for schedule(static)``).
+
+    Only when the outermost loop indexes the output (o, y, x): the thesis guarded the other orders'
+    updates with ``omp atomic``, which the scheme generator does not emit (Tpar on a reduction dimension
+    is illegal, rule par-reduction), so those 360 orders have no parallel kernel here."""
+    order = parse_order(order)
+    if order[0] not in OUTPUT_LOOPS:
+        raise PermutationError(
+            f"order {order_text(order)}: the outermost loop {order[0]} is a reduction; its parallel version "
+            "needs omp atomic on the output, which is not generated"
+        )
+    d = DIM_OF[order[0]]
+    return "[" + ", ".join([f"Tpar_{{{sizes[d]},{d}}}"] + [f"R_{DIM_OF[n]}" for n in order[1:]]) + "]"
 
 
 def partial_sum_run(order: Sequence[str]) -> int:

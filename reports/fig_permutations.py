@@ -40,11 +40,12 @@ def _cpu(part: pd.DataFrame) -> pd.DataFrame:
     return part.assign(cpu_model=part["cpu_model"].astype(str))
 
 
-def _timed_for(timed: pd.DataFrame, exp: str) -> pd.DataFrame:
-    """Timed rows of simulation experiment ``exp`` (their experiment is ``<exp>-<layer>``)."""
+def _timed_for(timed: pd.DataFrame, exp: str, threads: int = 1) -> pd.DataFrame:
+    """Timed rows of simulation experiment ``exp`` (``<exp>-<layer>``, ``<exp>-t<N>-<layer>``)."""
     if timed.empty:
         return timed
-    return timed[timed["experiment"] == exp + "-" + timed["layer"]]
+    names = [permstudy.timed_experiment_name(exp, la, threads) for la in timed["layer"]]
+    return timed[timed["experiment"] == pd.Series(names, index=timed.index)]
 
 
 def _headline_cache(sim: pd.DataFrame) -> str:
@@ -318,6 +319,7 @@ def threads(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
     if sim.empty:
         return []
     figures = []
+    timed = permstudy.timed_frame(summary)
     for (exp, fp), part in sim[sim["partial_sums"]].groupby(["experiment", "machine_fingerprint"]):
         cache = _headline_cache(part)
         part = part[part["cache"] == cache]
@@ -337,7 +339,13 @@ def threads(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
             s["kernel_outer"] = s["order"].str.startswith(("(ky", "(kx"))
             rows.append(s)
             s = s.sort_values("sjt_index")
-            ax.plot(s["sjt_index"], s["avg"], lw=0.7, label=f"{t} thread(s)")
+            line = ax.plot(s["sjt_index"], s["avg"], lw=0.7, label=f"{t} thread(s), simulated")
+            tm = _timed_for(timed, exp, t)
+            tm = tm[(tm["machine_fingerprint"] == fp) & tm["layer"].isin(common_layers)] if len(tm) else tm
+            if len(tm):
+                mt = permstudy.speedup_table(tm, metric="median_ns").dropna().mean(axis=1)
+                xs = [sjt_pos[o] for o in mt.index]
+                ax.plot(xs, mt.to_numpy(), "o", ms=3, c=line[0].get_color(), label=f"{t} thread(s), measured")
         ax.set(xlabel="SJT index", ylabel="average speedup", title=f"simulated ({cache})")
         ax.legend()
         data = pd.concat(rows)

@@ -169,3 +169,21 @@ def test_best_average_from_stored_simulations(tmp_path: Path) -> None:
     (best,) = perm.select_orders("best-average", ranking=ranking)
     assert ranking[best] == 1.0
     assert permstudy.average_speedups(tmp_path, "t", cache="host") == {}
+
+
+def test_parallel_orders_use_tpar_on_an_output_loop(tmp_path: Path, shared_cache: Path) -> None:
+    from kernels.scheme import SchemeError, parse_scheme
+
+    text = perm.parallel_scheme_text(("y", "i", "ky", "o", "x", "kx"), TINY)
+    assert text == "[Tpar_{3,h}, R_c, R_r, R_k, R_w, R_s]"
+    with pytest.raises(perm.PermutationError, match="omp atomic"):
+        perm.parallel_scheme_text(("i", "y", "ky", "o", "x", "kx"), TINY)
+    try:
+        parse_scheme(text)
+    except SchemeError:
+        pytest.skip("this checkout's scheme language has no Tpar atom")
+    w = Workload.make("perm-tiny", "conv2d", TINY)
+    cand = perm.candidate(perm.LOOPS)
+    par = type(cand)("scheme", text, cand.options)
+    (row,) = run_candidates([par], w, tmp_path, shared_cache, CheckConfig(full_below=10**6), FAST_TIMING)
+    assert row["status"] == "ok" and row["check_passed"], row["reason"]

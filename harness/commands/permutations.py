@@ -55,6 +55,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--time", default="24", help="orders timed per layer: N (spaced along SJT), all, or 0")
     p.add_argument("--time-layers", default=None, help="layers to time (default: --layers)")
     p.add_argument("--max-reps", type=int, default=20)
+    p.add_argument("--time-threads", default="1", help="thread counts timed, e.g. 1,2 (>1: Tpar orders)")
     p.add_argument(
         "--opt", default="-O3", help="timed kernels' flags (thesis: -O0; give it its own --experiment)"
     )
@@ -91,12 +92,15 @@ def main(argv: list[str]) -> None:
     permstudy.run_simulations(
         args.results, args.experiment, layers, configs, threads, args.cap, args.layout, ps, args.jobs, say
     )
+    time_threads = _ints(args.time_threads, "--time-threads")
     if n_time:
         from harness.run import TimingConfig
 
-        timing = TimingConfig(mode="hot", warmup=2, min_reps=5, max_reps=args.max_reps, max_seconds=1.0)
         orders = spaced(perm.sjt(), n_time)
-        for name, sizes in time_layers.items():
+        for tt, (name, sizes) in ((t, ls) for t in time_threads for ls in time_layers.items()):
+            timing = TimingConfig(
+                mode="hot", warmup=2, min_reps=5, max_reps=args.max_reps, max_seconds=1.0, threads=tt
+            )
             permstudy.time_orders(
                 args.results, args.experiment, name, sizes, orders, ps, timing, say=say,
                 opt_flags=tuple(args.opt.split()),
