@@ -10,8 +10,10 @@ The generators are written once against a tiny :class:`Draw` interface, so the s
 Hypothesis (:func:`workloads`, :func:`schemes`, :func:`cases`, via ``st.composite``) and a plain seeded
 ``random.Random`` (:func:`random_case`, used by :func:`fuzz`). A scheme is a *near-legal* one built from
 divisors of the sizes (register tile of U's, optional V, λ_seq/Uλ, Texct/Texctg/Tvar chains, ScalP,
-Pack/PackT; with ``codegen.partial`` masked or padded also ragged tiles), and, often, a few random
-mutations of it (swap, drop, resize, duplicate, redimension, insert, change kind, move V, add a pack).
+Pack/PackT, a Tpar/Tfused parallel prefix; with ``codegen.partial`` masked or padded also ragged tiles;
+for matmul also schemes ending in ``ExternalCall_{libxsmm,a,d}``), and, often, a few random mutations
+of it (swap, drop, resize, duplicate, redimension, insert, change kind, move V, add a pack). Legal
+parallel kernels run on two OpenMP threads where the process may use two CPUs.
 Each case also draws its codegen options (fma, hoist, partial) and is classified through
 :func:`kernels.candidate.render`, the path every experiment takes.
 

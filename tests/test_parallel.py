@@ -123,3 +123,35 @@ def test_parallel_avx512_code_compiles() -> None:
     assert "_mm512_fmadd_ps" in src.code
     res = compile_only(src.code, "avx512")
     assert res.ok, res.error
+
+
+# -- the thesis's parallelisation rules (§5.6, §6.2.1) --------------------------------------------------
+def test_chunk_footprint_and_the_l2_and_thread_rules() -> None:
+    from kernels.parallel import parallel_chunk
+
+    t = get_target(HOST_TARGET)
+    w = mm(8, 4 * L, 10)
+    chunk = parallel_chunk("[Tpar_{2,i}, Tpar_{2,j}, T_{2,i}, T_{2,j}, R_k, U_{2,i}, V_j]", w, t)
+    assert chunk.iterations == 4 and chunk.extents == {"i": 4, "j": 2 * L, "k": 10}
+    assert chunk.footprint_bytes == 4 * (4 * 2 * L + 4 * 10 + 10 * 2 * L)  # C tile + A rows + B columns
+    assert chunk.problems(l2_bytes=1, threads=2) == []
+    assert chunk.problems(l2_bytes=1, threads=3) == ["4 parallel iterations are not a multiple of 3 threads"]
+    assert chunk.problems(l2_bytes=1, threads=8) == ["4 parallel iterations < 8 threads"]
+    assert "< L2" in chunk.problems(l2_bytes=512 * 1024, threads=2)[0]
+    serial = parallel_chunk("[R_i, R_j, R_k]", w, t)  # no parallel prefix: one chunk, the whole kernel
+    assert serial.iterations == 1 and serial.extents == w.size
+
+
+def test_with_parallel_prefix_follows_6_2_1_and_runs(tmp_path: Path, shared_cache: Path) -> None:
+    from kernels.parallel import with_parallel_prefix
+
+    t = get_target(HOST_TARGET)
+    w = conv(h=2, w=4, k=2 * L, c=3, r=1, s=1)
+    text = with_parallel_prefix("[R_k, R_h, R_w, R_c, R_r, R_s, U_{2,w}, V_k]", w, t, "k", 2)
+    assert text == "[Tpar_{2,k}, T_{1,k}, R_h, R_w, R_c, R_r, R_s, U_{2,w}, V_k]"
+    with pytest.raises(SchemeError) as ei:
+        with_parallel_prefix("[R_k, R_h, R_w, R_c, R_r, R_s, U_{2,w}, V_k]", w, t, "k", 3)
+    assert ei.value.rule == "par-threads" and "atom R_k" in str(ei.value)
+    timing = TimingConfig(**{**FAST_TIMING.__dict__, "threads": THREADS})
+    rows = run_candidates([scheme(text)], w, tmp_path, shared_cache, check=FULL, timing=timing)
+    assert rows[0]["status"] == "ok", rows[0]["reason"]
