@@ -66,6 +66,7 @@ def test_variant_scheme_computes_the_product_on_odd_shapes(
         assert_ok([text], mm(i, j, k), tmp_path / str(n), shared_cache)
 
 
+@pytest.mark.slow
 def test_model_blocks_compute_the_product(tmp_path: Path, shared_cache: Path) -> None:
     """The space entry's schemes (model blocks, clipped to a small problem) for every variant."""
     w = mm(23, 3 * LANES + 3, 19)
