@@ -346,7 +346,9 @@ def threads(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
                 mt = permstudy.speedup_table(tm, metric="median_ns").dropna().mean(axis=1)
                 xs = [sjt_pos[o] for o in mt.index]
                 ax.plot(xs, mt.to_numpy(), "o", ms=3, c=line[0].get_color(), label=f"{t} thread(s), measured")
-        ax.set(xlabel="SJT index", ylabel="average speedup", title=f"simulated ({cache})")
+        ax.set(
+            xlabel="SJT index", ylabel="average speedup", title=f"simulated ({cache}) and measured ({exp})"
+        )
         ax.legend()
         data = pd.concat(rows)
         image, csv = _save(fig, data, out_dir, f"permutations_fig4_4-{exp}-{fp}")
