@@ -216,10 +216,17 @@ def best_vs_onednn(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
             r = r[r["seed"] == r["seed"].min()].sort_values("index")
             perf = r["perf"].where(r["ok"]).to_numpy(float)
             one = libs.loc[libs["workload"] == layer, "pct_peak_median"]
+            stamps = pd.to_datetime(
+                schemes.loc[schemes["workload"] == layer].get("timestamp", pd.Series(dtype=str)),
+                errors="coerce",
+            )
+            span = (stamps.max() - stamps.min()).total_seconds() if stamps.notna().sum() > 1 else float("nan")
             rows.append({"layer": layer, "network": _network(layer), "draws": len(r),
                          "best of 100": dist.best_of_first(perf, 100),
                          "best of 1000": dist.best_of_first(perf, 1000),
                          "onednn": float(one.iloc[0]) if len(one) else np.nan,
+                         # throughput of the search (compile + check + timing), from the rows' timestamps
+                         "candidates/min": 60 * (len(r) - 1) / span if span and span > 0 else np.nan,
                          "flops": float(schemes.loc[schemes["workload"] == layer, "flops"].iloc[0]),
                          })  # fmt: skip
         table = pd.DataFrame(rows)
@@ -259,6 +266,9 @@ def best_vs_onednn(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
             )
             ours = won / len(both)
             draws = f"{int(table['draws'].min())}-{int(table['draws'].max())} draws per layer"
+            if table["candidates/min"].notna().any():
+                rate = table["candidates/min"]
+                draws += f", {rate.min():.0f}-{rate.max():.0f} candidates/min"
             measured = f"best of 100 ({draws}) beats oneDNN on {won}/{len(both)} layers; weighted averages "
             measured += "; ".join(
                 f"{a['network']}: {a['best of 100']:.1f}% (of 1000: {a['best of 1000']:.1f}%) vs oneDNN "
