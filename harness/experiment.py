@@ -2,6 +2,11 @@
 
 This is the only place that strings the pipeline together; the CLI, Snakemake and tests all call
 :func:`run_experiment`, so a Snakemake run and a Hydra multirun produce identical rows.
+
+With a search strategy (``Experiment.search``, Hydra group ``search``; see :mod:`harness.search`) the
+candidates are proposed by the strategy within its budget, measured in batches and told back; rows record
+the strategy, budget, seed and proposal index, and a rerun tells the strategy the stored results instead of
+measuring them again (resumable). Without one, the space's candidate list is measured as it is.
 """
 
 from __future__ import annotations
