@@ -305,15 +305,16 @@ class Context:
         return [d for d in PARTIAL_DIMS if t and rem[d] % t == 0 and rem[d] >= t]
 
     def chunk_ok(self, text: str) -> bool:
-        """§5.6: the footprint under the parallel loop (one thread's chunk) is at least ``chunk_bytes``, or
-        the problem is too small for any chunk to reach it (then every chunk is accepted)."""
+        """§5.6: the footprint of one parallel chunk (kernels.parallel) is at least ``chunk_bytes``, or the
+        problem is too small for any chunk to reach it (then a chunk of 1/threads of it is enough)."""
         if not self.space.parallel or not self.chunk_bytes:
             return True
+        from kernels.parallel import FLOAT_BYTES, parallel_chunk
+
         stride = int(dict(self.workload.op.params).get("stride", 1))
-        per_atom = suffix_sizes(text, self.sizes, self.lanes)
-        whole = sum(conv_footprints(self.sizes, stride).values()) * 4
-        chunk = sum(conv_footprints(per_atom[1], stride).values()) * 4 if len(per_atom) > 1 else whole
-        return chunk >= min(self.chunk_bytes, whole / self.space.parallel)
+        whole = sum(conv_footprints(self.sizes, stride).values()) * FLOAT_BYTES
+        chunk = parallel_chunk(text, self.workload, get_target(self.target), self.space.partial)
+        return chunk.footprint_bytes >= min(self.chunk_bytes, whole / self.space.parallel)
 
     def legal(self, text: str) -> bool:
         from kernels.codegen import analyze_for
