@@ -268,6 +268,7 @@ class Context:
     target: str
     plans: list[Plan]
     chunk_bytes: int = 0  # §5.6: a parallel chunk's footprint should reach L2 (private caches); 0: no rule
+    widened: bool = False  # no microkernel of the set fitted: k-only microkernels (w = 1) were added
 
     @property
     def sizes(self) -> dict[str, int]:
@@ -332,7 +333,15 @@ def context(
     if workload.op.name != "conv2d":
         raise ConvSpaceError(f"conv spaces need a conv2d workload, got {workload.op.name} ({workload.name})")
     lanes = get_target(target).lanes
-    ps = plans(space, workload.size, lanes, microkernel_set(space, target, selected))
+    mks = microkernel_set(space, target, selected)
+    ps = plans(space, workload.size, lanes, mks)
+    widened = False
+    if not ps and space.microkernels != "forced":
+        # No selected microkernel (nor combination) covers the sizes, e.g. H = W = 7 or 17 with the
+        # selection of this machine: as the thesis did for H = W = 17 (§6.4), fall back to microkernels
+        # that unroll only k (w = 1 divides every size); recorded on the context.
+        ps = plans(space, workload.size, lanes, [*mks, *({"w": 1, "k": u} for u in (4, 3, 2, 1))])
+        widened = bool(ps)
     if space.parallel:  # §6.2.1: only plans leaving an output dimension divisible by the threads
         probe = Context(space, workload, target, ps)
         ps = [p for p in ps if probe.parallel_dims(p)]
@@ -343,7 +352,7 @@ def context(
             + ": try "
             "space.conv.combination=both, space.conv.partial=masked or space.conv.microkernels=all"
         )
-    return Context(space, workload, target, ps)
+    return Context(space, workload, target, ps, widened=widened)
 
 
 def _assemble(

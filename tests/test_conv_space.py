@@ -141,8 +141,13 @@ def test_forced_microkernel_and_bad_knobs() -> None:
         cs.ConvSpace.from_config({"combination": "some"})
     with pytest.raises(cs.ConvSpaceError, match="unknown"):
         cs.ConvSpace.from_config({"nope": 1})
+    # 17 is prime: no selected microkernel divides it; the space widens to k-only microkernels (w = 1)
+    ctx = cs.context(cs.ConvSpace(combination="single"), SMALL[1], "avx2", None)
+    assert ctx.widened and all(p.size["w"] == 1 for p in ctx.plans)
+    assert not cs.context(cs.ConvSpace(), SMALL[1], "avx2", None).widened  # λ_seq covers 17 = 3x4 + 1x5
+    odd_k = Workload.make("k12", "conv2d", {"h": 4, "w": 4, "k": 12, "c": 4, "r": 1, "s": 1})
     with pytest.raises(cs.ConvSpaceError, match="no microkernel plan"):
-        cs.context(cs.ConvSpace(combination="single"), SMALL[1], "avx2", None)  # 17 is prime
+        cs.context(cs.ConvSpace(), odd_k, "avx2", None)  # k = 12 is no multiple of the 8 lanes
 
 
 def _toy(c: int, k_vectors: int, space: cs.ConvSpace | None = None) -> cs.Context:
