@@ -47,6 +47,7 @@ CHOICES: dict[str, tuple[object, ...]] = {
     "codegen.hoist": (True, False),
     "codegen.fma": (True, False),
     "codegen.partial": ("none", "masked", "padded"),
+    "compiler.opt": ("O0", "O1", "O2", "O3", "Os", "Ofast"),
 }
 
 
@@ -77,6 +78,18 @@ def _check_choices(c: dict[str, Any]) -> None:
         raise UsageError(f"compiler.cc={cc!r} is not installed (not on PATH); e.g. compiler=gcc")
 
 
+def _timing(t: dict[str, Any]) -> Any:
+    """The timing config, its CPU set checked now (``timing.threads`` larger than the CPUs is bad input)."""
+    from harness.run import TimingConfig, cpus_for
+
+    timing = TimingConfig(**t)
+    try:
+        cpus_for(timing)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+    return timing
+
+
 def build_experiment(cfg: Any) -> Any:
     """Experiment from a composed Hydra config (also used by tests and Snakemake rules)."""
     from omegaconf import OmegaConf
@@ -85,7 +98,7 @@ def build_experiment(cfg: Any) -> Any:
     from harness.build import CompilerConfig
     from harness.check import CheckConfig
     from harness.experiment import Experiment
-    from harness.run import RunLimits, TimingConfig
+    from harness.run import RunLimits
     from harness.sanity import SanityConfig
     from harness.search import SearchConfig
     from kernels.candidate import Workload
@@ -113,7 +126,7 @@ def build_experiment(cfg: Any) -> Any:
         name=str(c["experiment"]),
         workload=workload,
         candidates=candidates,
-        timing=TimingConfig(**t),
+        timing=_timing(t),
         counters=tuple(c["counters"]["backends"]),
         check=CheckConfig(**c["check"]),
         compiler=CompilerConfig(

@@ -12,7 +12,9 @@ measuring them again (resumable). Without one, the space's candidate list is mea
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -25,7 +27,7 @@ from harness import store
 from harness.build import BuildResult, CompilerConfig, build_many
 from harness.calibrate import calibrate, probe_peak
 from harness.check import CheckConfig, check_output, make_tensors
-from harness.run import RunLimits, TimingConfig, default_cpu, run_kernel
+from harness.run import RunLimits, TimingConfig, cpus_for, run_kernel
 from harness.sanity import CoreWatch, SanityConfig, drift_flags, row_flags
 from harness.search import Problem, SearchConfig, Strategy, make_strategy
 from kernels.baselines import BaselineUnavailable
@@ -60,10 +62,36 @@ class Experiment:
         return self.cache_root or self.results_dir / "cache"
 
 
+@functools.cache
+def harness_commit() -> str | None:
+    """The git commit of this harness checkout, ``-dirty`` when its tracked files are modified (None
+    outside a git checkout, e.g. an installed wheel)."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head + ("-dirty" if dirty else "")
+
+
 def _base_row(exp: Experiment, cand: Candidate, m: machine_mod.Machine) -> dict[str, Any]:
     w = exp.workload
     return {
         "experiment": exp.name,
+        "harness_commit": harness_commit(),
         "candidate_key": cand.key,
         "candidate_kind": cand.kind,
         "candidate_text": cand.text,
@@ -324,7 +352,7 @@ def _measure(
 ) -> None:
     row.update(
         source_hash=src.source_hash, compiler_version=built.cc_version, cflags=built.flags,
-        peak_gflops=peak_for(peaks, src.target, m),
+        peak_gflops=peak_for(peaks, src.target, m), workspace_bytes=src.workspace_bytes,
     )  # fmt: skip
     if not built.ok or built.so_path is None:
         row["status"], row["reason"] = "compile_error", built.error
@@ -333,14 +361,16 @@ def _measure(
         row["status"] = "unsupported"
         row["reason"] = f"this CPU ({m.model_name}) cannot execute {src.target}; compiled only"
         return
-    cpu = default_cpu() if exp.timing.cpu is None else exp.timing.cpu
-    with CoreWatch(cpu) as watch:
+    cpus = cpus_for(exp.timing)
+    with CoreWatch(cpus) as watch:
         res = run_kernel(
             built.so_path, tensors, src.workspace_bytes, exp.timing, exp.counters, exp.limits, exp.cache_dir
         )
     row.update(
         counter_backend=res.counter_backend,
         counters_unavailable=json.dumps(res.counters_unavailable),
+        threads=res.threads,
+        cpus=json.dumps(res.cpus),
     )
     if exp.timing.mode == "cold":
         row["cold_method"] = res.cold_method

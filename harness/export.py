@@ -73,7 +73,7 @@ def export_csv(results_dir: Path, out_dir: Path) -> list[Path]:
     (out_dir / "columns.json").write_text(
         json.dumps({name: desc for name, (_, desc) in store.COLUMNS.items()}, indent=1)
     )
-    return paths + export_figures_csv(summary, out_dir / "figures")
+    return paths + export_figures_csv(summary, out_dir / "figures", results_dir)
 
 
 def verdict_table(figures: list[PaperFigure]) -> pd.DataFrame:
@@ -111,12 +111,12 @@ def verdict_table(figures: list[PaperFigure]) -> pd.DataFrame:
     return pd.DataFrame(lines)
 
 
-def export_figures_csv(summary: pd.DataFrame, out_dir: Path) -> list[Path]:
+def export_figures_csv(summary: pd.DataFrame, out_dir: Path, results_dir: Path | None = None) -> list[Path]:
     """Every paper figure the results allow: its plotted data (CSV, with its PNG beside) and verdicts.csv."""
     from harness.report import complete_figure
 
     errors: list[tuple[str, str]] = []
-    figures = [complete_figure(f, summary) for f in paper_figures(summary, out_dir, errors)]
+    figures = [complete_figure(f, summary) for f in paper_figures(summary, out_dir, errors, results_dir)]
     for name, error in errors:  # one broken plug-in must not cost the other figures their CSV
         print(f"warning: figure builder {name} failed, its CSV is missing: {error}", file=sys.stderr)
     if not figures:

@@ -123,7 +123,7 @@ def render_report(
     env.filters["short"] = lambda s, n=12: "" if s is None else str(s)[:n]
     builder_errors: list[tuple[str, str]] = []
     figures = sorted(
-        (complete_figure(f, summary) for f in paper_figures(summary, fig_dir, builder_errors)),
+        (complete_figure(f, summary) for f in paper_figures(summary, fig_dir, builder_errors, results_dir)),
         key=lambda f: (f.paper, f.name, f.cpu_model, f.machine),
     )
     # (anchor, figure): the verdict table links to each figure's section

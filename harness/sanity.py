@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import resource
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import psutil
@@ -41,24 +42,29 @@ def _children_seconds() -> float:
 
 
 class CoreWatch:
-    """% of a core used by *other* processes while a child (the driver) ran on it.
+    """% of the cores used by *other* processes while a child (the driver) ran on them.
 
-    The core's busy time minus the CPU time of this process's finished children, over the wall time.
-    Coarse (the kernel counts in ticks), so meant for flags above ~10%, not for corrections.
+    The cores' busy time minus the CPU time of this process's finished children, over the wall time times
+    the number of cores (a parallel kernel runs on several). Coarse (the kernel counts in ticks), so meant
+    for flags above ~10%, not for corrections.
     """
 
-    def __init__(self, cpu: int):
-        self.cpu = cpu
+    def __init__(self, cpus: int | Sequence[int]):
+        self.cpus = [cpus] if isinstance(cpus, int) else list(cpus)
         self.other_pct = 0.0
 
+    def _busy(self) -> float:
+        return sum(_busy_seconds(c) for c in self.cpus)
+
     def __enter__(self) -> CoreWatch:
-        self._busy, self._child, self._wall = _busy_seconds(self.cpu), _children_seconds(), time.monotonic()
+        self._busy0, self._child, self._wall = self._busy(), _children_seconds(), time.monotonic()
         return self
 
     def __exit__(self, *exc: object) -> None:
         wall = time.monotonic() - self._wall
-        other = (_busy_seconds(self.cpu) - self._busy) - (_children_seconds() - self._child)
-        self.other_pct = max(0.0, 100.0 * other / wall) if wall > 0.05 else 0.0
+        other = (self._busy() - self._busy0) - (_children_seconds() - self._child)
+        span = wall * len(self.cpus)
+        self.other_pct = max(0.0, 100.0 * other / span) if wall > 0.05 else 0.0
 
 
 def drift_flags(

@@ -36,7 +36,7 @@ COLUMNS: OrderedDict[str, tuple[pa.DataType, str]] = OrderedDict(
     [
         ("experiment", (STR, "experiment name (also the row directory)")),
         ("candidate_key", (STR, "stable content hash of the candidate (kernels.candidate.Candidate.key)")),
-        ("candidate_kind", (STR, "scheme | baseline")),
+        ("candidate_kind", (STR, "kind of candidate, a key of kernels.candidate.RENDERERS")),
         ("candidate_text", (STR, "scheme text, or library name for a baseline")),
         ("candidate_options", (STR, "code-generation options, JSON object")),
         ("label", (STR, "human-readable candidate label used in tables and figures")),
@@ -88,6 +88,13 @@ COLUMNS: OrderedDict[str, tuple[pa.DataType, str]] = OrderedDict(
         ("search_budget", (I64, "candidates the search was allowed to propose (null: no budget)")),
         ("search_seed", (I64, "seed of the search strategy")),
         ("search_index", (I64, "order in which the search proposed the candidate (0 first; null: baseline)")),
+        ("workspace_bytes", (I64, "temporary buffer the kernel allocates besides its tensors, bytes")),
+        ("harness_commit", (STR, "git commit of the harness that produced the row (+ '-dirty' if modified)")),
+        (
+            "threads",
+            (I64, "threads the kernel ran with (1: serial, on one CPU); % of peak is per core"),
+        ),
+        ("cpus", (STR, "CPUs the kernel ran on, JSON list")),
     ]
 )
 
@@ -98,6 +105,10 @@ OPTIONAL_COLUMNS: dict[str, Any] = {
     "search_budget": None,
     "search_seed": None,
     "search_index": None,
+    "workspace_bytes": None,
+    "harness_commit": None,
+    "threads": None,
+    "cpus": None,
 }
 
 #: Arrow schema of a row file; field metadata carries the descriptions.
@@ -126,6 +137,7 @@ PERF_COLUMNS: tuple[str, ...] = (
 
 JSON_COLUMNS: tuple[str, ...] = (
     "candidate_options",
+    "cpus",
     "op_params",
     "sizes",
     "machine",
@@ -147,7 +159,7 @@ STATUSES: tuple[str, ...] = (
 
 #: Allowed values of enumerated columns (null is always allowed).
 ENUMS: dict[str, tuple[str, ...]] = {
-    "candidate_kind": ("scheme", "baseline"),
+    "candidate_kind": ("scheme", "baseline", "conv_algo", "loop_string"),
     "target": ("avx512", "avx2", "any"),
     "timing_mode": ("hot", "cold"),
     "check_mode": ("sampled", "full"),

@@ -29,7 +29,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from harness.microbench import wall_times  # noqa: E402
-from reports.figures import CLAIMS, PaperFigure, _paper, _save  # noqa: E402
+from reports.figures import CLAIMS, PaperFigure, _paper, _save, results_dir_of  # noqa: E402
 
 BEST = "ttile_microkernel_best"
 COST = "ttile_selection_cost"
@@ -131,7 +131,8 @@ def best_microkernel(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
 def cache_dirs(out_dir: Path) -> list[Path]:
     """Where the selection files of the report's results are: ``cache`` above the figure directory."""
     # no fallback to ./results/cache: a report must not show the cost measured for other results
-    return [p / "cache" for p in Path(out_dir).resolve().parents[:3] if (p / "cache").is_dir()]
+    cache = results_dir_of(out_dir) / "cache"
+    return [cache] if cache.is_dir() else []
 
 
 def load_wall_times(out_dir: Path) -> pd.DataFrame:

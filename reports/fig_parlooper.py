@@ -11,16 +11,13 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from reports.figures import CLAIMS, PaperFigure, _paper, _save
+from reports.figures import CLAIMS, PaperFigure, _paper, _save, results_dir_of
 
 PREFIX = "parlooper-gemm-"
 
 
 def _results_dir(out_dir: Path) -> Path:
-    for cand in (out_dir.parent.parent, Path("results")):
-        if (cand / "parlooper" / "model").exists():
-            return cand
-    return out_dir.parent.parent
+    return results_dir_of(out_dir)
 
 
 CONV_PREFIX = "parlooper-conv-"

@@ -20,16 +20,13 @@ import pandas as pd
 
 from harness import permstudy
 from kernels import permutations as perm
-from reports.figures import CLAIMS, PaperFigure, _paper, _save
+from reports.figures import CLAIMS, PaperFigure, _paper, _save, results_dir_of
 
 MAIN_CACHE = "loki"  # the thesis's configuration: headline numbers use it when present
 
 
 def _results_dir(out_dir: Path) -> Path:
-    for cand in (out_dir.parent.parent, Path("results")):
-        if (cand / permstudy.SIM_DIR).exists():
-            return cand
-    return out_dir.parent.parent
+    return results_dir_of(out_dir)
 
 
 def _sim(out_dir: Path) -> pd.DataFrame:

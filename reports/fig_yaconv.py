@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-from reports.figures import CLAIMS, PaperFigure, _ok, _paper, _save, mean_ci
+from reports.figures import CLAIMS, PaperFigure, _ok, _paper, _save, mean_ci, results_dir_of
 
 YACONV, OURS, IM2COL = "yaconv (ukr=blis)", "yaconv (ukr=ours)", "im2col (gemm=blis)"
 NAME = re.compile(r"^yc_h(\d+)_w(\d+)_c(\d+)_m(\d+)_f(\d+)_p(\d+)(?:_s(\d+))?$")
@@ -72,9 +72,7 @@ def ratios(summary: pd.DataFrame, experiment: str) -> dict[str, pd.DataFrame]:
 
 def _results_dirs(out_dir: Path) -> list[Path]:
     dirs = [Path(os.environ["HARNESS_RESULTS"])] if os.environ.get("HARNESS_RESULTS") else []
-    out_dir = Path(out_dir).resolve()
-    dirs += [out_dir.parents[i] for i in (1, 2) if len(out_dir.parents) > i]
-    return dirs
+    return dirs + [results_dir_of(out_dir)]
 
 
 def counters(out_dir: Path) -> pd.DataFrame:
@@ -82,7 +80,7 @@ def counters(out_dir: Path) -> pd.DataFrame:
     from harness import store
 
     for d in _results_dirs(out_dir):
-        if (d / "yaconv_cachegrind").is_dir() or any(d.glob("**/yaconv_cachegrind")):
+        if (d / "rows" / "yaconv_cachegrind").is_dir() or (d / "yaconv_cachegrind").is_dir():
             df = store.load(d, "yaconv_cachegrind")
             df = df[df["status"] == "ok"]
             if df.empty:

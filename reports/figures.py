@@ -15,6 +15,7 @@ import importlib
 import pkgutil
 import re
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -365,16 +366,41 @@ def all_builders(errors: list[tuple[str, str]] | None = None) -> list[Builder]:
     return builders
 
 
+_RESULTS_DIR: ContextVar[Path | None] = ContextVar("results_dir", default=None)
+
+
+def results_dir_of(out_dir: Path) -> Path:
+    """The results directory whose report is being built (for builders that read more than the summary:
+    cachegrind rows, simulations, selection files): the one given to :func:`paper_figures`, else the
+    default layout ``<results>/report/figures``."""
+    given = _RESULTS_DIR.get()
+    return given if given is not None else Path(out_dir).resolve().parent.parent
+
+
 def paper_figures(
-    summary: pd.DataFrame, out_dir: Path, errors: list[tuple[str, str]] | None = None
+    summary: pd.DataFrame,
+    out_dir: Path,
+    errors: list[tuple[str, str]] | None = None,
+    results_dir: Path | None = None,
 ) -> list[PaperFigure]:
     """Every paper figure the results allow, one per figure and machine.
 
     With ``errors`` (a list), a builder that raises is recorded there as (builder, error) and the others
     still run, so one broken plug-in cannot hide every other figure of the report; without it, it raises.
+    ``results_dir`` is what :func:`results_dir_of` gives the builders.
     """
     if summary.empty:
         return []
+    token = _RESULTS_DIR.set(Path(results_dir).resolve() if results_dir is not None else None)
+    try:
+        return _build_all(summary, out_dir, errors)
+    finally:
+        _RESULTS_DIR.reset(token)
+
+
+def _build_all(
+    summary: pd.DataFrame, out_dir: Path, errors: list[tuple[str, str]] | None
+) -> list[PaperFigure]:
     figures = []
     for build in all_builders() if errors is None else all_builders(errors):
         try:

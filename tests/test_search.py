@@ -150,5 +150,5 @@ def _harness(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_cli_bad_search_input_is_one_line_exit_2() -> None:
-    r = _harness("run", "workload=yolo9000_18_small", "space=conv_all", "+search=random", "search.budget=0")
+    r = _harness("run", "workload=yolo9000_18_small", "space=conv_all", "search=random", "search.budget=0")
     assert r.returncode == 2 and "search.budget" in r.stderr and r.stderr.strip().count("\n") == 0

@@ -73,15 +73,6 @@ def parse(argv: list[str]) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def _allow_loop_string_rows() -> None:
-    """The store's candidate_kind enumeration predates this kind; accept it (lead: add it in store.py)."""
-    from harness import store
-
-    kinds = store.ENUMS["candidate_kind"]
-    if "loop_string" not in kinds:
-        store.ENUMS["candidate_kind"] = (*kinds, "loop_string")
-
-
 def main(argv: list[str]) -> None:
     args = parse(argv)
     if args.op == "conv":
@@ -104,7 +95,6 @@ def main(argv: list[str]) -> None:
     from harness.run import TimingConfig
     from kernels.candidate import Candidate, Workload
 
-    _allow_loop_string_rows()
     m = machine_mod.detect()
     params = lsm.GemmParams(args.block, args.block, args.block, args.k_step, core=args.core)
     for mm, nn, kk in shapes:
@@ -156,7 +146,6 @@ def conv_main(args: argparse.Namespace) -> None:
     from harness.run import TimingConfig
     from kernels.candidate import Candidate, Workload
 
-    _allow_loop_string_rows()
     m = machine_mod.detect()
     for name in names:
         sizes, stride, params = lsm.resnet50_layer(name)

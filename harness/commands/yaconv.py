@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness import machine as machine_mod
-from harness import store
 from harness.experiment import Experiment, run_experiment
 from harness.run import TimingConfig
 from kernels.candidate import Candidate, Workload
@@ -123,13 +122,6 @@ def candidates(isa: str, with_ours: bool = True) -> list[Candidate]:
     return out
 
 
-def allow_conv_algo_rows() -> None:
-    """harness/store.py does not list the candidate kind ``conv_algo`` yet (asked of the lead)."""
-    kinds = store.ENUMS["candidate_kind"]
-    if "conv_algo" not in kinds:
-        store.ENUMS["candidate_kind"] = (*kinds, "conv_algo")
-
-
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="harness yaconv", description=__doc__.splitlines()[0])
     p.add_argument(
@@ -147,7 +139,6 @@ def main(argv: list[str]) -> None:
     if args.limit is not None and args.limit < 1:
         print(f"harness yaconv: error: --limit must be >= 1, got {args.limit}", file=sys.stderr)
         raise SystemExit(2)
-    allow_conv_algo_rows()
     m = machine_mod.detect()
     isa = "avx512" if "avx512" in m.isas else "avx2"
     cands = candidates(isa, not args.no_ours)
@@ -163,4 +154,3 @@ def main(argv: list[str]) -> None:
 
 # Every `harness` call imports the plug-in commands (to list them), so registering the kind here lets
 # `harness run ... space=conv_algo` store its rows too. Remove once harness/store.py lists conv_algo.
-allow_conv_algo_rows()

@@ -34,7 +34,7 @@ from harness import machine as machine_mod
 from harness import store
 from harness.build import CompilerConfig, build
 from harness.check import CheckConfig, check_output, make_tensors
-from harness.commands.yaconv import SETS, allow_conv_algo_rows, candidates, layer_set
+from harness.commands.yaconv import SETS, candidates, layer_set
 from harness.experiment import Experiment, _base_row, _render
 from harness.run import build_driver
 from kernels.candidate import Candidate, KernelSource, Workload
@@ -161,7 +161,6 @@ def main(argv: list[str]) -> None:
             file=sys.stderr,
         )
         raise SystemExit(2)
-    allow_conv_algo_rows()
     m = machine_mod.detect()
     cache_dir = args.results / "cache"
     # our microkernel runs as AVX2 under valgrind on every host (valgrind has no AVX-512)
