@@ -106,5 +106,7 @@ rule report:
         done(JOBS),
     output:
         f"{RESULTS}/report/index.html",
+        f"{RESULTS}/report/provenance.html",
+        f"{RESULTS}/report/report.pdf",
     shell:
         "{HARNESS} report --results {RESULTS} --out {RESULTS}/report --pdf"
