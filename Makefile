@@ -39,8 +39,8 @@ test: setup
 	$(VENV)/bin/pytest
 
 lint: setup
-	$(VENV)/bin/ruff check harness kernels tests
-	$(VENV)/bin/ruff format --check harness kernels tests
+	$(VENV)/bin/ruff check harness kernels reports tests
+	$(VENV)/bin/ruff format --check harness kernels reports tests
 
 clean-results:
 	rm -rf results/rows results/report results/done
