@@ -194,8 +194,10 @@ def _onednn_conv_source(path: str, sizes: dict[str, int], stride: int) -> str:
     src and dst are NHWC (batch 1) and the weights HWIO, exactly our tensors, no padding. The primitive
     takes its weights in the format it prefers (blocked): given plain HWIO weights oneDNN 2.6 silently
     runs an im2col GEMM instead of a direct convolution. Our HWIO weights are reordered into that format
-    on every call when it differs (timed, since the weights are an input like any other; a framework
-    would reorder constant weights once). The implementation oneDNN chose goes to stderr. The sum
+    once per weights buffer, as a framework does with constant weights and as benchdnn times a convolution
+    (reordering on every call made small layers look 2-3x slower than oneDNN is: an unfair baseline). The
+    driver never changes an input between calls, so the cached copy is always current; a new buffer (cold
+    runs) is reordered again. The implementation oneDNN chose goes to stderr. The sum
     post-op makes it accumulate into O (dst = conv + dst), as our operator does. One thread as for dnnl_sgemm.
     """
     h, w, k, c, r, s = (sizes[d] for d in ("h", "w", "k", "c", "r", "s"))
@@ -273,7 +275,9 @@ int kernel(float *const *tensors, void *workspace) {{
   TRY(dnnl_memory_set_data_handle(msrc, (void *)src));
   TRY(dnnl_memory_set_data_handle(mdst, dst));
   TRY(dnnl_memory_set_data_handle(mwei_user, (void *)wei));
-  if (reorder) {{
+  static const float *reordered = NULL;  /* the weights buffer mwei holds, reordered */
+  if (reorder && wei != reordered) {{
+    reordered = wei;
     dnnl_exec_arg_t rargs[2] = {{{{DNNL_ARG_FROM, mwei_user}}, {{DNNL_ARG_TO, mwei}}}};
     TRY(dnnl_primitive_execute(reorder, strm, 2, rargs));
   }}
