@@ -79,6 +79,20 @@ def _runs(part: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(lines, columns=["workload", "seed", "index", "perf", "ok", "label", "text"])
 
 
+def _runs_of(summary: pd.DataFrame, exps: dict[str, str], column: str) -> pd.DataFrame:
+    """The runs of several experiments in one table, ``column`` naming each experiment's series."""
+    frames = []
+    for series, exp in exps.items():
+        s = _schemes(summary, exp)
+        r = _runs(s)
+        r[column] = series
+        r["machine_fingerprint"] = r["workload"].map(
+            dict(zip(s["workload"], s["machine_fingerprint"], strict=False))
+        )
+        frames.append(r)
+    return pd.concat(frames, ignore_index=True)
+
+
 def _counts(part: pd.DataFrame) -> dict[str, int]:
     return {"total": len(part), "ok": int(part["ok"].sum()), "failed": int((~part["ok"]).sum())}
 
@@ -292,16 +306,7 @@ def convergence(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
     name = "ttile_fig6_2"
     first = int(CLAIMS[name]["paper_numbers"]["first"])
     exps = {"random": "ttile_conv_convergence_random", "optuna": "ttile_conv_convergence_optuna"}
-    parts = []
-    for strat, exp in exps.items():
-        s = _schemes(summary, exp)
-        r = _runs(s)
-        r["strategy"] = strat
-        r["machine_fingerprint"] = r["workload"].map(
-            dict(zip(s["workload"], s["machine_fingerprint"], strict=False))
-        )
-        parts.append(r)
-    runs = pd.concat(parts, ignore_index=True)
+    runs = _runs_of(summary, exps, "strategy")
     figures = []
     for fp, r in runs.groupby("machine_fingerprint"):
         if set(r["strategy"]) != set(exps):
@@ -496,16 +501,7 @@ def strategies(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
     name = "ttile_conv_strategies"
     exps = {"random (best of 100)": RANDOM, "model filter (top 100)": "ttile_conv_model",
             "tree search (top 100)": "ttile_conv_tree"}  # fmt: skip
-    frames = []
-    for series, exp in exps.items():
-        s = _schemes(summary, exp)
-        r = _runs(s)
-        r["series"] = series
-        r["machine_fingerprint"] = r["workload"].map(
-            dict(zip(s["workload"], s["machine_fingerprint"], strict=False))
-        )
-        frames.append(r)
-    runs = pd.concat(frames, ignore_index=True)
+    runs = _runs_of(summary, exps, "series")
     figures = []
     for fp, r in runs.groupby("machine_fingerprint"):
         if "model filter (top 100)" not in set(r["series"]) or RANDOM not in exps.values():

@@ -23,6 +23,7 @@ from pathlib import Path
 import pandas as pd
 
 from harness import cachesim, parlooper_model
+from harness.commands import positive_int
 from kernels import loop_strings as lsm
 
 # Shapes of the paper's GEMM figures (fp32): Fig 2 [repo] squares with bm = bn = bk = 32.
@@ -60,15 +61,15 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--op", choices=("gemm", "conv"), default="gemm")
     p.add_argument("--shapes", default="quick", help="GEMM: MxNxK,... or quick | fig2")
     p.add_argument("--layers", default="quick", help="conv: quick | resnet50 | layer names")
-    p.add_argument("--block", type=int, default=32, help="bm = bn = bk")
-    p.add_argument("--k-step", type=int, default=1, help="BRGEMM batch count")
+    p.add_argument("--block", type=positive_int, default=32, help="bm = bn = bk")
+    p.add_argument("--k-step", type=positive_int, default=1, help="BRGEMM batch count")
     p.add_argument("--core", choices=lsm.CORES, default="c")
-    p.add_argument("--limit", type=int, default=40, help="enumerated configurations (seeded sample)")
+    p.add_argument("--limit", type=positive_int, default=40, help="enumerated configurations (seeded sample)")
     p.add_argument("--time", default="all", help="all, or the model's top N")
-    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--threads", type=positive_int, default=1)
     p.add_argument("--cache", default="host", help="conf/cache configuration of the model")
     p.add_argument("--baselines", default="onednn", help="comma-separated library baselines ('' for none)")
-    p.add_argument("--max-reps", type=int, default=20)
+    p.add_argument("--max-reps", type=positive_int, default=20)
     p.add_argument("--seed", type=int, default=0)
     return p.parse_args(argv)
 

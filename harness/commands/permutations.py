@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from harness import cachesim, permstudy
+from harness.commands import positive_int
 from kernels import permutations as perm
 
 
@@ -48,18 +49,18 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--layers", default="quick", help="table4.1 | table4.2 | table4.3 | quick | names")
     p.add_argument("--cache", default="loki,host", help="configurations of conf/cache/, comma-separated")
     p.add_argument("--threads", default="1", help="simulated thread counts, e.g. 1,2,4,8")
-    p.add_argument("--cap", type=int, default=None, help="simulate at most this many MACs per order")
+    p.add_argument("--cap", type=positive_int, default=None, help="simulate at most this many MACs per order")
     p.add_argument("--layout", choices=cachesim.LAYOUTS, default="harness",
                    help="harness: the timed kernels' HWC layout; thesis: CHW without halo")  # fmt: skip
     p.add_argument("--no-partial-sums", action="store_true", help="output read+written at every MAC")
     p.add_argument("--time", default="24", help="orders timed per layer: N (spaced along SJT), all, or 0")
     p.add_argument("--time-layers", default=None, help="layers to time (default: --layers)")
-    p.add_argument("--max-reps", type=int, default=20)
+    p.add_argument("--max-reps", type=positive_int, default=20)
     p.add_argument("--time-threads", default="1", help="thread counts timed, e.g. 1,2 (>1: Tpar orders)")
     p.add_argument(
         "--opt", default="-O3", help="timed kernels' flags (thesis: -O0; give it its own --experiment)"
     )
-    p.add_argument("--jobs", type=int, default=1, help="simulation processes")
+    p.add_argument("--jobs", type=positive_int, default=1, help="simulation processes")
     p.add_argument("--seed", type=int, default=0)
     return p.parse_args(argv)
 
@@ -73,8 +74,6 @@ def main(argv: list[str]) -> None:
     except (perm.PermutationError, cachesim.CacheConfigError) as exc:
         _fail(str(exc))
     threads = _ints(args.threads, "--threads")
-    if args.cap is not None and args.cap < 1:
-        _fail(f"--cap must be positive, got {args.cap}")
     if args.time == "all":
         n_time = 720
     else:

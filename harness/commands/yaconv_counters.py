@@ -34,6 +34,7 @@ from harness import machine as machine_mod
 from harness import store
 from harness.build import CompilerConfig, build
 from harness.check import CheckConfig, check_output, make_tensors
+from harness.commands import positive_int
 from harness.commands.yaconv import SETS, candidates, layer_set
 from harness.experiment import Experiment, _base_row, _render
 from harness.run import build_driver
@@ -145,16 +146,13 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="harness yaconv-counters", description=__doc__.splitlines()[0])
     p.add_argument("--set", choices=SETS, default="layers")
     p.add_argument("--quick", action="store_true", help="the quick layers / reduced grid")
-    p.add_argument("--limit", type=int, default=None, help="first N layers only")
+    p.add_argument("--limit", type=positive_int, default=None, help="first N layers only")
     p.add_argument("--results", type=Path, default=Path("results"))
     return p
 
 
 def main(argv: list[str]) -> None:
     args = _parser().parse_args(argv)
-    if args.limit is not None and args.limit < 1:
-        print(f"harness yaconv-counters: error: --limit must be >= 1, got {args.limit}", file=sys.stderr)
-        raise SystemExit(2)
     if valgrind() is None:
         print(
             "harness yaconv-counters: error: valgrind is not installed (apt install valgrind)",
