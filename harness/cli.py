@@ -41,7 +41,7 @@ def _fail(message: str) -> None:
 
 
 CHOICES: dict[str, tuple[object, ...]] = {
-    "timing.mode": ("hot", "cold"),
+    "timing.mode": ("hot", "cold", "fresh"),
     "timing.cold_method": ("clflushopt", "sweep"),
     "check.init": ("integers", "uniform"),
     "codegen.hoist": (True, False),
@@ -82,8 +82,8 @@ def _timing(t: dict[str, Any]) -> Any:
     """The timing config, its CPU set checked now (``timing.threads`` larger than the CPUs is bad input)."""
     from harness.run import TimingConfig, cpus_for
 
-    timing = TimingConfig(**t)
     try:
+        timing = TimingConfig(**t)
         cpus_for(timing)
     except ValueError as exc:
         raise UsageError(str(exc)) from exc

@@ -112,7 +112,8 @@ def _base_row(exp: Experiment, cand: Candidate, m: machine_mod.Machine) -> dict[
         "machine": json.dumps(m.as_dict(), sort_keys=True, default=str),
         "peak_gflops": None,
         "timing_mode": exp.timing.mode,
-        "cold_method": exp.timing.cold_method if exp.timing.mode == "cold" else "",
+        "cold_method": exp.timing.cold_method if exp.timing.mode != "hot" else "",
+        "timing_batch": exp.timing.batch,
         "counter_backend": "none",
         "counters": None,
         "counters_unavailable": "{}",
@@ -372,7 +373,7 @@ def _measure(
         threads=res.threads,
         cpus=json.dumps(res.cpus),
     )
-    if exp.timing.mode == "cold":
+    if exp.timing.mode != "hot":
         row["cold_method"] = res.cold_method
     if res.status != "ok" or res.output is None:
         row["status"], row["reason"] = res.status, res.reason

@@ -31,7 +31,9 @@ ALIGN = 1024  # bytes: beyond any vector width or cache line, so alignment never
 
 @dataclass(frozen=True)
 class TimingConfig:
-    mode: str = "hot"  # "hot": warm-up first; "cold": evict the kernel's data before every repetition
+    # "hot": warm-up first; "cold": evict the kernel's data before every repetition; "fresh": cold, and the
+    # workspace is mapped anew before every repetition so the call pays its first touch (seed 001)
+    mode: str = "hot"
     cold_method: str = "clflushopt"  # or "sweep" (a buffer of flush_bytes written and read)
     flush_bytes: int | None = None  # None: 8x the last-level cache of this machine
     warmup: int = 3
@@ -40,6 +42,14 @@ class TimingConfig:
     max_reps: int = 50
     rel_ci: float = 0.02  # stop when the 95% CI half-width of the mean is within this fraction of it
     max_seconds: float = 5.0
+    # calls per timed sample, back to back after one eviction (cold/fresh): a batch of images, as seed
+    # 001 times; the sample's time is divided by it
+    batch: int = 1
+
+    def __post_init__(self) -> None:
+        if self.batch < 1:
+            raise ValueError(f"timing.batch must be >= 1, got {self.batch}")
+
     cpu: int | None = None  # None: the last CPU this process may use (CPU 0 takes most interrupts)
     # OpenMP threads of a parallel kernel (Tpar/Tfused); > 1 runs on that many CPUs (cpus_for), 1 keeps
     # the single-core pinning
@@ -172,6 +182,7 @@ def run_kernel(
             "--max-reps", str(timing.max_reps), "--rel-ci", repr(timing.rel_ci),
             "--max-seconds", repr(timing.max_seconds), "--counters", ",".join(counters),
             "--cpus", ",".join(map(str, cpus)), "--threads", str(timing.threads),
+            "--batch", str(timing.batch),
         ]  # fmt: skip
         # Pinned to one CPU, library threads would only contend with each other; a parallel kernel gets
         # its OpenMP threads (the driver sets OMP_NUM_THREADS), one per CPU of its set

@@ -54,7 +54,7 @@ COLUMNS: OrderedDict[str, tuple[pa.DataType, str]] = OrderedDict(
         ("cpu_model", (STR, "CPU model name")),
         ("machine", (STR, "machine description (ISA, caches, cores...), JSON object")),
         ("peak_gflops", (F64, "calibrated fp32 peak GFLOP/s of one core for the ISA the kernel uses")),
-        ("timing_mode", (STR, "hot | cold")),
+        ("timing_mode", (STR, "hot | cold | fresh (cold + a newly mapped workspace per call)")),
         ("cold_method", (STR, "how caches were made cold (e.g. clflushopt, sweep); empty when hot")),
         ("counter_backend", (STR, "counter backend used (papi, perf_event, tsc, clock_gettime...)")),
         ("counters", (STR, "counter values, JSON object event -> list (one value per repetition)")),
@@ -95,6 +95,7 @@ COLUMNS: OrderedDict[str, tuple[pa.DataType, str]] = OrderedDict(
             (I64, "threads the kernel ran with (1: serial, on one CPU); % of peak is per core"),
         ),
         ("cpus", (STR, "CPUs the kernel ran on, JSON list")),
+        ("timing_batch", (I64, "kernel calls per timed sample (a batch, as seed 001); times are per call")),
     ]
 )
 
@@ -109,6 +110,7 @@ OPTIONAL_COLUMNS: dict[str, Any] = {
     "harness_commit": None,
     "threads": None,
     "cpus": None,
+    "timing_batch": None,
 }
 
 #: Arrow schema of a row file; field metadata carries the descriptions.
@@ -161,7 +163,7 @@ STATUSES: tuple[str, ...] = (
 ENUMS: dict[str, tuple[str, ...]] = {
     "candidate_kind": ("scheme", "baseline", "conv_algo", "loop_string"),
     "target": ("avx512", "avx2", "any"),
-    "timing_mode": ("hot", "cold"),
+    "timing_mode": ("hot", "cold", "fresh"),
     "check_mode": ("sampled", "full"),
     "status": STATUSES,
 }

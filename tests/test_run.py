@@ -250,3 +250,51 @@ def test_too_many_threads_is_an_error(cache: Path) -> None:
     timing = TimingConfig(**FAST, threads=len(os.sched_getaffinity(0)) + 1)
     res = run_kernel(_omp_so(cache), [np.zeros(16, np.float32)], 0, timing, (), workdir=cache)
     assert res.status == "error" and "threads" in res.reason
+
+
+# -- fresh workspace and batches (seed 001's protocol) ----------------------------------------------------
+FRESH_PROBE = """
+#include <string.h>
+int kernel(float *const *t, void *ws) {
+    /* a freshly mapped workspace reads as zero; leave a mark that a reused one would show */
+    unsigned char *b = ws;
+    for (int i = 0; i < 100000; i += 4096) if (b[i]) return 4;
+    memset(ws, 0xff, 100000);
+    t[0][0] += 1.0f;
+    return 0;
+}
+"""
+
+
+def test_fresh_mode_maps_a_new_workspace_per_call(cache: Path) -> None:
+    kw = dict(warmup=0, min_reps=3, max_reps=3, rel_ci=1.0, max_seconds=5.0)
+    # the check run and the first timed call share the first mapping: the driver remaps before each rep
+    fresh = run_kernel(_so(FRESH_PROBE, cache), [np.zeros(4, np.float32)], 100000,
+                       TimingConfig(mode="fresh", **kw), workdir=cache)  # type: ignore[arg-type]  # fmt: skip
+    assert fresh.status == "ok", fresh.reason
+    reused = run_kernel(_so(FRESH_PROBE, cache), [np.zeros(4, np.float32)], 100000,
+                        TimingConfig(mode="cold", **kw), workdir=cache)  # type: ignore[arg-type]  # fmt: skip
+    assert reused.status == "kernel_error"
+
+
+COUNTING = """
+static int calls;
+int kernel(float *const *t, void *ws) { (void)ws; (void)t; return ++calls > LIMIT ? 5 : 0; }
+"""
+
+
+@pytest.mark.parametrize(("batch", "limit", "status"), [(3, 7, "ok"), (3, 6, "kernel_error"), (1, 3, "ok")])
+def test_a_batch_calls_the_kernel_batch_times_per_sample(
+    cache: Path, batch: int, limit: int, status: str
+) -> None:
+    """One check call, then 2 samples of `batch` calls each (cold mode: no warm-up calls)."""
+    timing = TimingConfig(mode="cold", warmup=0, min_reps=2, max_reps=2, rel_ci=1.0, batch=batch)
+    res = _run(COUNTING.replace("LIMIT", str(limit)), cache, timing=timing)
+    assert res.status == status, res.reason
+    if status == "ok":
+        assert res.n_reps == 2
+
+
+def test_batch_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="batch must be >= 1"):
+        TimingConfig(batch=0)
