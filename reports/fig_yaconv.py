@@ -24,6 +24,9 @@ import seaborn as sns
 from reports.figures import CLAIMS, PaperFigure, _ok, _paper, _save, mean_ci, results_dir_of
 
 YACONV, OURS, IM2COL = "yaconv (ukr=blis)", "yaconv (ukr=ours)", "im2col (gemm=blis)"
+AUTO = "yaconv (shape=auto,ukr=ours)"  # our microkernel in the shape chosen per layer (choose_shape)
+# hot (the harness default), then the thesis's protocol (fresh: cold caches, buffers mapped per call)
+LAYER_EXPERIMENTS = ("yaconv_layers", "yaconv_layers_fresh", "yaconv_layers_cold", "yaconv_seed000")
 NAME = re.compile(r"^yc_h(\d+)_w(\d+)_c(\d+)_m(\d+)_f(\d+)_p(\d+)(?:_s(\d+))?$")
 SOURCE = "cachegrind simulation (L1d 32K/8-way, LL 32M/16-way)"
 
@@ -65,6 +68,8 @@ def ratios(summary: pd.DataFrame, experiment: str) -> dict[str, pd.DataFrame]:
         if OURS in wide:
             wide["ours / im2col"] = wide[OURS] / wide[IM2COL]
             wide["ours / blis ukr"] = wide[OURS] / wide[YACONV]
+        if AUTO in wide:
+            wide["ours auto / im2col"] = wide[AUTO] / wide[IM2COL]
         wide["layer"] = wide["workload"].map(layer_label)
         out[str(fp)] = wide.sort_values("ratio").reset_index(drop=True)
     return out
@@ -112,7 +117,7 @@ def fig5_3(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
     meta = CLAIMS["yaconv_fig5_3"]
     cg = counter_ratios(counters(out_dir))
     figures = []
-    for experiment in ("yaconv_layers", "yaconv_seed000"):
+    for experiment in LAYER_EXPERIMENTS:
         for fp, wide in ratios(summary, experiment).items():
             part = summary[(summary["experiment"] == experiment) & (summary["machine_fingerprint"] == fp)]
             if not cg.empty:
@@ -126,6 +131,9 @@ def fig5_3(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
                 if col in wide and wide[col].notna().any():
                     ax.plot(x, wide[col], style, c="#c05621" if col == "branches" else "#2f855a",
                             label=f"{name} YaConv / im2col ({SOURCE})")  # fmt: skip
+            if "ours auto / im2col" in wide:
+                ax.plot(x, wide["ours auto / im2col"], "_", ms=9, mew=2, c="#6b46c1",
+                        label="GFLOPS YaConv (our microkernel, shape per layer) / im2col")  # fmt: skip
             ax.axhline(1, c="k", lw=0.8)
             ax.axhline(meta["paper_numbers"]["geomean"], ls="--", c="#888", lw=1, label="paper geomean x1.24")
             ax.set_xticks(x, wide["layer"], rotation=90, fontsize=7)
@@ -138,6 +146,12 @@ def fig5_3(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
                 og, olo, ohi = geomean_ci(wide["ours / blis ukr"])
                 extra = (
                     f"; YaConv with our microkernel / with BLIS's: x{og:.2f} geomean [{olo:.2f}, {ohi:.2f}]"
+                )
+            if "ours auto / im2col" in wide:
+                ag, alo, ahi = geomean_ci(wide["ours auto / im2col"])
+                extra += (
+                    f"; YaConv with our microkernel in the shape chosen per layer / im2col: x{ag:.2f} "
+                    f"[{alo:.2f}, {ahi:.2f}]"
                 )
             if "branches" in wide and wide["branches"].notna().any():
                 br = wide["branches"].dropna()

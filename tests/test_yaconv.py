@@ -14,12 +14,25 @@ from harness import store
 from harness.build import CompilerConfig, build
 from harness.machine import detect
 from kernels.candidate import Candidate, Workload
-from kernels.conv_algos import Blocking, Geometry, margin_rows, render_conv_algo, yaconv_buffers
+from kernels.conv_algos import (
+    OUR_UKR,
+    Blocking,
+    Geometry,
+    choose_shape,
+    geometry,
+    margin_rows,
+    render_conv_algo,
+    ukr_shapes,
+    yaconv_buffers,
+)
+from kernels.targets import get_target
 from tests.conftest import run_candidates
 
 HOST = detect()
 CAN_AVX2 = "avx2" in HOST.isas
-UKRS = ["blis", "ours"]
+# ours in its default 6x16 and in shapes the per-layer choice picks (3 and 2 image rows, 13 rows x 1 vector)
+OUR_SHAPES = ["3x24", "2x40", "13x8", "5x16"]
+UKRS = ["blis", "ours", *(f"ours-{s}" for s in OUR_SHAPES)]
 
 
 @pytest.fixture(autouse=True)
@@ -56,11 +69,13 @@ def libs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, ctypes.CDLL]:
     out = {}
     cache = tmp_path_factory.mktemp("yc")
     for ukr in UKRS:
-        if ukr == "ours" and not CAN_AVX2:
+        if ukr.startswith("ours") and not CAN_AVX2:
             continue
+        source, _, shape = ukr.partition("-")
+        opts = {"shape": shape} if shape else {}
         # small blocks so that the tiny shapes below still cross every mc/kc/nc block boundary
         src = render_conv_algo(
-            algo("yaconv", ukr=ukr, target="avx2", mc=40, kc=20, nc=30), conv(3, 3, 2, 2, 3)
+            algo("yaconv", ukr=source, target="avx2", mc=40, kc=20, nc=30, **opts), conv(3, 3, 2, 2, 3)
         )
         res = build(src, CompilerConfig(), cache)
         assert res.ok, res.error
@@ -123,6 +138,7 @@ def test_yaconv_detects_a_wrong_blocking(libs) -> None:
     [
         algo("yaconv", ukr="blis"),
         algo("yaconv", ukr="ours", target="avx2"),
+        algo("yaconv", ukr="ours", target="avx2", shape="auto"),
         algo("yaconv", ukr="blis", spill="margins"),
         algo("im2col", gemm="blis"),
         algo("im2col", gemm="ours", target="avx2"),
@@ -160,6 +176,29 @@ def test_avx512_variants_compile(tmp_path: Path) -> None:
         assert src.target == "avx512"
         res = build(src, CompilerConfig(), tmp_path)
         assert res.ok, res.error
+
+
+def test_microkernel_shapes_fit_the_register_file() -> None:
+    for target in ("avx2", "avx512"):
+        t = get_target(target)
+        shapes = ukr_shapes(target)
+        assert OUR_UKR[target] in shapes
+        for nr, mr in shapes:
+            v = mr // t.lanes
+            assert mr % t.lanes == 0 and nr * v >= 8 and nr * v + v + 1 <= t.registers
+
+
+@pytest.mark.parametrize(("h", "nr"), [(7, 3), (14, 4), (13, 5), (28, 6)])
+def test_shape_choice_avoids_zero_rows(h: int, nr: int) -> None:
+    """The padded image has H + 2 rows (3x3, P = 1): the choice makes them a multiple of NR when it can."""
+    g = geometry(conv(h, h, 64, 240, 3))
+    got, _ = choose_shape(g, "avx2")
+    assert (g.H % got == 0) and got == nr
+
+
+def test_a_shape_outside_the_register_file_is_refused() -> None:
+    with pytest.raises(ValueError, match="allowed: auto, .*6x16"):
+        render_conv_algo(algo("yaconv", ukr="ours", target="avx2", shape="7x16"), conv(5, 5, 4, 8, 3))
 
 
 def test_margins_follow_section_5_2_1() -> None:

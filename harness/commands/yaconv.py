@@ -1,16 +1,20 @@
 """YaConv vs im2col + GEMM (seed 001, ch. 5): per-layer GFLOPS on the torchvision layers, Fig 5.4/5.6 grids.
 
-``harness yaconv [--set layers|seed000|fig5_4|fig5_6] [--quick] [--limit N] [--results DIR]`` measures, per
-layer, YaConv with BLIS's microkernel and with ours, and im2col + BLIS sgemm (the paper's baseline),
+``harness yaconv [--set layers|seed000|fig5_4|fig5_6] [--quick] [--limit N] [--mode hot|cold|fresh]
+[--results DIR]`` measures, per layer, YaConv with BLIS's microkernel and with ours (6x16, and the shape
+``choose_shape`` picks for the layer), and im2col + BLIS sgemm (the paper's baseline),
 through the standard pipeline (check before timing, one row per candidate). Strided layers (seed 000's
 ``*`` layers) give a YaConv row with status ``unsupported`` and reason "not applicable", and an im2col row.
 Layers come from ``conf/workload/yaconv_layers.csv`` (the thesis's 73 unique geometries out of 218 layers)
 and ``conf/workload/ttile_layers.csv`` (seed 000's 23 layers, filters > 1); cachegrind counts are
 ``harness yaconv-counters``.
 
-Batch: the thesis times a batch of images sized to last about a second (§5.3.1); our harness times one
-image per call and repeats the call until the 95% CI of the mean is within 2% (harness.run), which plays
-the same role without a batch dimension in the operator.
+Batch: the thesis times a batch of N = 1e9 / flops images (run.sh; about one image for the large layers),
+each run a new process whose buffers are allocated inside the timed batch. The default hot mode times
+one image per call, repeated until the 95% CI of the mean is within 2%, so im2col's patch matrix stays
+resident and faulted-in between calls. ``--mode fresh`` times as the thesis does: each sample is a batch
+of N calls after a cache eviction and a newly mapped workspace (its first touch is timed), and the row
+records the batch (``timing_batch``). One image is reused across the batch.
 """
 
 from __future__ import annotations
@@ -18,10 +22,11 @@ from __future__ import annotations
 import argparse
 import csv
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from harness import machine as machine_mod
+from harness.commands import positive_int
 from harness.experiment import Experiment, run_experiment
 from harness.run import TimingConfig
 from kernels.candidate import Candidate, Workload
@@ -113,11 +118,18 @@ def layer_set(which: str, quick: bool, limit: int | None = None) -> list[Layer]:
     return layers[:limit] if limit else layers
 
 
+def thesis_batch(flops: int) -> int:
+    """run.sh's batch: N = 1e9 / (2 H W C Fh Fw M) images (at least one), buffers allocated per batch."""
+    return max(1, int(1e9 // flops))
+
+
 def candidates(isa: str, with_ours: bool = True) -> list[Candidate]:
-    """YaConv (BLIS's microkernel, ours) and im2col + BLIS sgemm: the same library's pieces on both sides."""
+    """YaConv (BLIS's microkernel; ours, in the default shape and in the shape chosen for the layer) and
+    im2col + BLIS sgemm: the same library's pieces on both sides."""
     out = [Candidate("conv_algo", "yaconv", (("ukr", "blis"),))]
     if with_ours:
         out.append(Candidate("conv_algo", "yaconv", (("target", isa), ("ukr", "ours"))))
+        out.append(Candidate("conv_algo", "yaconv", (("shape", "auto"), ("target", isa), ("ukr", "ours"))))
     out.append(Candidate("conv_algo", "im2col", (("gemm", "blis"),)))
     return out
 
@@ -128,27 +140,37 @@ def _parser() -> argparse.ArgumentParser:
         "--set", choices=SETS, default="layers", help="layer set (default: the thesis's 73 layers)"
     )
     p.add_argument("--quick", action="store_true", help="a few small layers / a reduced grid")
-    p.add_argument("--limit", type=int, default=None, help="first N layers only")
+    p.add_argument("--limit", type=positive_int, default=None, help="first N layers only")
     p.add_argument("--no-ours", action="store_true", help="skip YaConv with our microkernel")
+    p.add_argument(
+        "--mode",
+        choices=("hot", "cold", "fresh"),
+        default="hot",
+        help="timing mode (fresh: cold caches and a newly mapped workspace per call, as the thesis's "
+        "per-batch buffers; its experiment is yaconv_<set>_fresh)",
+    )
     p.add_argument("--results", type=Path, default=Path("results"))
     return p
 
 
 def main(argv: list[str]) -> None:
     args = _parser().parse_args(argv)
-    if args.limit is not None and args.limit < 1:
-        print(f"harness yaconv: error: --limit must be >= 1, got {args.limit}", file=sys.stderr)
-        raise SystemExit(2)
     m = machine_mod.detect()
     isa = "avx512" if "avx512" in m.isas else "avx2"
     cands = candidates(isa, not args.no_ours)
     layers = layer_set(args.set, args.quick, args.limit)
-    timing = TimingConfig(max_seconds=2.0 if args.quick else 5.0, max_reps=20 if args.quick else 50)
+    timing = TimingConfig(
+        mode=args.mode,
+        warmup=0 if args.mode != "hot" else 3,
+        max_seconds=2.0 if args.quick else 5.0,
+        max_reps=20 if args.quick else 50,
+    )
+    name = f"yaconv_{args.set}" + ("" if args.mode == "hot" else f"_{args.mode}")
     for n, layer in enumerate(layers, 1):
-        print(f"[yaconv_{args.set}] layer {n}/{len(layers)} {layer.name} ({layer.models})", file=sys.stderr)
-        exp = Experiment(
-            f"yaconv_{args.set}", layer.workload(), cands, timing=timing, results_dir=args.results
-        )
+        print(f"[{name}] layer {n}/{len(layers)} {layer.name} ({layer.models})", file=sys.stderr)
+        w = layer.workload()
+        batch = thesis_batch(w.flops) if args.mode == "fresh" else 1
+        exp = Experiment(name, w, cands, timing=replace(timing, batch=batch), results_dir=args.results)
         run_experiment(exp, machine=m)
 
 
