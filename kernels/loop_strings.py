@@ -32,12 +32,13 @@ import itertools
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kernels.candidate import Candidate, KernelSource, Workload
 
 GRID_AXES = ("R", "C", "L")
 CORES = ("libxsmm", "c")
+LAYOUTS = ("plain", "blocked")  # GEMM operands: row-major in place, or packed into blocks in the call
 _TOKEN = re.compile(r"([A-Za-z])(?:\{([^}]*)\})?(\|)?")
 
 
@@ -256,6 +257,7 @@ class GemmParams:
     k_step: int = 1  # BRGEMM batch count (blocks of K per call)
     blocks: tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]] = ((), (), ())  # a, b, c (block units)
     core: str = "c"
+    layout: str = "plain"  # LAYOUTS
 
 
 def gemm_params(candidate: Candidate) -> GemmParams:
@@ -263,10 +265,12 @@ def gemm_params(candidate: Candidate) -> GemmParams:
     blocks = tuple(tuple(int(v) for v in opt.get(f"blocks_{x}", ()) or ()) for x in "abc")
     p = GemmParams(
         int(opt.get("bm", 32)), int(opt.get("bn", 32)), int(opt.get("bk", 32)), int(opt.get("k_step", 1)),
-        blocks, str(opt.get("core", "c")),
+        blocks, str(opt.get("core", "c")), str(opt.get("layout", "plain")),
     )  # fmt: skip
     if p.core not in CORES:
         raise LoopStringError(f"core={p.core!r} unknown; allowed: {', '.join(CORES)}")
+    if p.layout not in LAYOUTS:
+        raise LoopStringError(f"layout={p.layout!r} unknown; allowed: {', '.join(LAYOUTS)}")
     return p
 
 
@@ -286,7 +290,7 @@ def gemm_specs(p: GemmParams, sizes: Mapping[str, int]) -> dict[str, LoopSpec]:
 
 _C_CORE = """
 /* BRGEMM of ours: C[BM x BN] (ld LDC) += sum_t A_t[BM x BK] (ld LDA) * B_t[BK x BN] (ld LDB),
-   A_t = a + t*BK, B_t = b + t*BK*LDB; 4x16 register blocks (8 accumulators), AVX2 FMA; rows left over
+   A_t = a + t*A_STEP, B_t = b + t*B_STEP; 4x16 register blocks (8 accumulators), AVX2 FMA; rows left over
    when BM is not a multiple of 4 take a 1x16 block. */
 #define ROWS(NR)                                                                                 \
   {                                                                                              \
@@ -296,8 +300,8 @@ _C_CORE = """
       acc[r][1] = _mm256_loadu_ps(c + (i + r) * LDC + j + 8);                                    \
     }                                                                                            \
     for (int t = 0; t < count; ++t) {                                                            \
-      const float *at = a + t * BK + i * LDA;                                                    \
-      const float *bt = b + (long)t * BK * LDB + j;                                              \
+      const float *at = a + (long)t * A_STEP + i * LDA;                                          \
+      const float *bt = b + (long)t * B_STEP + j;                                                \
       for (int kk = 0; kk < BK; ++kk) {                                                          \
         const __m256 b0 = _mm256_loadu_ps(bt + kk * LDB), b1 = _mm256_loadu_ps(bt + kk * LDB + 8); \
         for (int r = 0; r < NR; ++r) {                                                           \
@@ -321,9 +325,28 @@ static inline void brgemm(const float *restrict a, const float *restrict b, floa
 }
 """
 
+# PARLOOPER's tensors are stored blocked; ours arrive row-major, so the kernel packs them into the workspace
+# inside the timed call (as oneDNN's matmul packs its operands): A as [M/BM][K/BK][BM][BK], B as
+# [N/BN][K/BK][BK][BN], each BRGEMM batch then reads contiguous blocks (row-major blocks at a 4 KiB
+# stride, e.g. N = 1024, fall into a few cache sets and run at half speed). C stays row-major.
+_PACK_BLOCKED = """
+  float *restrict Ab = (float *)workspace, *restrict Bb = Ab + (long)M * K;
+  #pragma omp parallel for collapse(2) if (PACK_PARALLEL)
+  for (int mb = 0; mb < M / BM; ++mb)
+    for (int kb = 0; kb < KB; ++kb)
+      for (int r = 0; r < BM; ++r)
+        memcpy(Ab + (((long)mb * KB + kb) * BM + r) * BK, A + ((long)mb * BM + r) * K + kb * BK,
+               BK * sizeof(float));
+  #pragma omp parallel for collapse(2) if (PACK_PARALLEL)
+  for (int nb = 0; nb < N / BN; ++nb)
+    for (int kb = 0; kb < KB; ++kb)
+      for (int r = 0; r < BK; ++r)
+        memcpy(Bb + (((long)nb * KB + kb) * BK + r) * BN, B + ((long)kb * BK + r) * N + nb * BN,
+               BN * sizeof(float));"""
+
 _XSMM_CORE = """
 /* libxsmm's batch-reduce GEMM (column-major): C^T[BN x BM] += sum_t B_t^T[BN x BK] * A_t^T[BK x BM],
-   i.e. m = BN, n = BM, k = BK, first operand B (ld LDB), second A (ld LDA); strides in bytes. */
+   i.e. m = BN, n = BM, k = BK, first operand B (ld LDB), second A (ld LDA); batch strides in bytes. */
 typedef int xsmm_int;
 typedef void (*xsmm_brgemm)(const float *a, const float *b, float *c, const unsigned long long *count, ...);
 extern void libxsmm_init(void);
@@ -335,8 +358,8 @@ static int brgemm_init(void) {
   const xsmm_int lda = LDB, ldb = LDA, ldc = LDC;
   const float one = 1.0f;
   libxsmm_init();
-  xsmm_kernel = libxsmm_smmdispatch_reducebatch_strd(BN, BM, BK, (xsmm_int)(BK * LDB * sizeof(float)),
-      (xsmm_int)(BK * sizeof(float)), &lda, &ldb, &ldc, &one, &one, 0, 0);
+  xsmm_kernel = libxsmm_smmdispatch_reducebatch_strd(BN, BM, BK, (xsmm_int)(B_STEP * sizeof(float)),
+      (xsmm_int)(A_STEP * sizeof(float)), &lda, &ldb, &ldc, &one, &one, 0, 0);
   return xsmm_kernel ? 0 : 1;
 }
 static inline void brgemm(const float *a, const float *b, float *c, int count) {
@@ -370,6 +393,8 @@ def _source(
     defs = "\n".join(f"#define {k} {v}" for k, v in macros.items())
     code = f"""/* {header} */
 #include <immintrin.h>
+#include <string.h>
+#define PACK_PARALLEL {int(parallel)}
 {"#include <omp.h>" if parallel else ""}
 #define MIN(a, b) ((a) < (b) ? (a) : (b))
 {defs}
@@ -395,21 +420,35 @@ def render_loop_string(candidate: Candidate, workload: Workload) -> KernelSource
     ls = parse_loop_string(candidate.text, "abc")
     specs = gemm_specs(p, workload.size)
     m, n, k = (workload.size[d] for d in "ijk")
-    body = (
-        "brgemm(A + (long)ind_b * BM * LDA + ind_a * BK, B + (long)ind_a * BK * LDB + ind_c * BN,\n"
-        f"       C + (long)ind_b * BM * LDC + ind_c * BN, {p.k_step});"
-    )
+    layout = p.layout
+    if layout == "blocked":
+        body = (
+            "brgemm(Ab + ((long)ind_b * KB + ind_a) * BM * BK, Bb + ((long)ind_c * KB + ind_a) * BK * BN,\n"
+            f"       C + (long)ind_b * BM * LDC + ind_c * BN, {p.k_step});"
+        )
+    else:
+        body = (
+            "brgemm(A + (long)ind_b * BM * LDA + ind_a * BK, B + (long)ind_a * BK * LDB + ind_c * BN,\n"
+            f"       C + (long)ind_b * BM * LDC + ind_c * BN, {p.k_step});"
+        )
     lists = " ".join(f"{x}={list(b)}" for x, b in zip("abc", p.blocks, strict=True))
     header = (
         f"loop string {candidate.text!r} (PARLOOPER, seed 003): GEMM {m}x{n}x{k},\n   blocks bm={p.bm} "
-        f"bn={p.bn} bk={p.bk}, k_step={p.k_step}, block lists {lists}, core {p.core}, mode {ls.mode}"
+        f"bn={p.bn} bk={p.bk}, k_step={p.k_step}, block lists {lists}, core {p.core}, mode {ls.mode}, "
+        f"layout {layout}"
     )
-    macros = {"BM": p.bm, "BN": p.bn, "BK": p.bk, "LDA": k, "LDB": n, "LDC": n}
     tensors = (
         "  float *restrict C = tensors[0];\n  const float *restrict A = tensors[1];\n"
         "  const float *restrict B = tensors[2];"
     )
-    return _source(header, macros, p.core, ls, generate_nest(ls, specs, body), tensors)
+    if layout == "plain":
+        macros = {"BM": p.bm, "BN": p.bn, "BK": p.bk, "LDA": k, "LDB": n, "LDC": n, "A_STEP": p.bk,
+                  "B_STEP": p.bk * n}  # fmt: skip
+        return _source(header, macros, p.core, ls, generate_nest(ls, specs, body), tensors)
+    macros = {"BM": p.bm, "BN": p.bn, "BK": p.bk, "LDA": p.bk, "LDB": p.bn, "LDC": n, "A_STEP": p.bm * p.bk,
+              "B_STEP": p.bk * p.bn, "M": m, "N": n, "K": k, "KB": k // p.bk}  # fmt: skip
+    src = _source(header, macros, p.core, ls, generate_nest(ls, specs, body), tensors + _PACK_BLOCKED)
+    return replace(src, workspace_bytes=4 * (m * k + k * n))
 
 
 # ResNet-50 v1.5 convolutions of the paper's Fig 7 [repo shapes], batch 1, no padding (our operator has
@@ -505,7 +544,8 @@ def render_conv(candidate: Candidate, workload: Workload) -> KernelSource:
         f"bc={p.bc} bk={p.bk} bw={p.bw} c_step={p.c_step}, core {p.core}, mode {ls.mode}"
     )
     macros = {"BM": p.bw, "BN": p.bk, "BK": p.bc, "LDA": st * sz["c"], "LDB": sz["k"], "LDC": sz["k"],
-              "ST": st, "WI": wi, "WO": sz["w"], "CI": sz["c"], "KO": sz["k"], "SS": sz["s"]}  # fmt: skip
+              "A_STEP": p.bc, "B_STEP": p.bc * sz["k"], "ST": st, "WI": wi, "WO": sz["w"], "CI": sz["c"],
+              "KO": sz["k"], "SS": sz["s"]}  # fmt: skip
     tensors = (
         "  float *restrict O = tensors[0];\n  const float *restrict I = tensors[1];\n"
         "  const float *restrict Kw = tensors[2];"
@@ -552,6 +592,7 @@ def gemm_candidate(text: str, params: GemmParams) -> Candidate:
         "bm": params.bm, "bn": params.bn, "bk": params.bk, "k_step": params.k_step, "core": params.core,
         "target": "avx2",
         **{f"blocks_{x}": tuple(b) for x, b in zip("abc", params.blocks, strict=True) if b},
+        **({"layout": params.layout} if params.layout != "plain" else {}),
     }  # fmt: skip
     return Candidate("loop_string", text, tuple(sorted(opts.items())))
 
@@ -610,14 +651,7 @@ def enumerate_gemm(
                             continue
                         texts.append("".join(order[:start]) + "".join(grp).upper() + "".join(order[end:]))
             for blocks in itertools.product(*choices):
-                p = GemmParams(
-                    params.bm,
-                    params.bn,
-                    params.bk,
-                    params.k_step,
-                    blocks,
-                    params.core,  # type: ignore[arg-type]
-                )
+                p = replace(params, blocks=blocks)  # type: ignore[arg-type]
                 for t in texts:
                     c = gemm_candidate(t, p)
                     out.setdefault(c.key, c)

@@ -115,11 +115,13 @@ def _run(cand: lsm.Candidate, w: Workload, cache: Path, threads: int = 1) -> tup
      ("bc|aBCb@schedule(dynamic,1)", ((), (4, 2), (2,))), ("bC{R:2}aB{C:2}cb", ((), (4, 2), (2,))),
      ("aCb", ((2,), (), ()))],
 )  # fmt: skip
-def test_generated_gemm_is_correct(text: str, blocks: tuple, tmp_path: Path, shared_cache: Path) -> None:
+@pytest.mark.parametrize("layout", lsm.LAYOUTS)
+def test_generated_gemm_is_correct(
+    text: str, blocks: tuple, layout: str, tmp_path: Path, shared_cache: Path
+) -> None:
     w = Workload.make("ls-gemm", "matmul", {"i": 64, "j": 64, "k": 48})
-    cand = lsm.gemm_candidate(
-        text, lsm.GemmParams(bm=8, bn=16, bk=8, k_step=1 if blocks[0] else 2, blocks=blocks)
-    )
+    params = lsm.GemmParams(bm=8, bn=16, bk=8, k_step=1 if blocks[0] else 2, blocks=blocks, layout=layout)
+    cand = lsm.gemm_candidate(text, params)
     mode, passed = _run(cand, w, shared_cache, threads=2 if text != text.lower() else 1)
     assert mode == "full" and passed
 
@@ -130,10 +132,11 @@ def test_libxsmm_core_is_correct(shared_cache: Path) -> None:
     except BaselineUnavailable as exc:
         pytest.skip(str(exc))
     w = Workload.make("ls-gemm", "matmul", {"i": 64, "j": 64, "k": 64})
-    params = lsm.GemmParams(bm=16, bn=16, bk=16, k_step=2, blocks=((), (2,), (2,)), core="libxsmm")
-    cand = lsm.gemm_candidate("bcabc", params)
-    mode, passed = _run(cand, w, shared_cache)
-    assert mode == "full" and passed
+    for layout in lsm.LAYOUTS:
+        params = lsm.GemmParams(16, 16, 16, 2, ((), (2,), (2,)), core="libxsmm", layout=layout)
+        cand = lsm.gemm_candidate("bcabc", params)
+        mode, passed = _run(cand, w, shared_cache)
+        assert mode == "full" and passed, layout
 
 
 def test_a_wrong_nest_is_caught(shared_cache: Path) -> None:

@@ -25,6 +25,7 @@ import pandas as pd
 from harness import cachesim, parlooper_model
 from harness.commands import positive_int
 from kernels import loop_strings as lsm
+from kernels.candidate import Candidate
 
 # Shapes of the paper's GEMM figures (fp32): Fig 2 [repo] squares with bm = bn = bk = 32.
 SHAPE_SETS = {
@@ -54,6 +55,13 @@ def parse_shapes(text: str) -> list[tuple[int, int, int]]:
     return out
 
 
+def baselines(args: argparse.Namespace) -> list[Candidate]:
+    """The library baselines, on as many threads as the loop strings (a 2-thread string vs a 1-thread
+    library would flatter the strings)."""
+    opts = (("threads", args.threads),) if args.threads > 1 else ()
+    return [Candidate("baseline", b.strip(), opts) for b in args.baselines.split(",") if b.strip()]
+
+
 def parse(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="harness loop-strings", description=__doc__.splitlines()[0])
     p.add_argument("--results", type=Path, default=Path("results"))
@@ -64,6 +72,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--block", type=positive_int, default=32, help="bm = bn = bk")
     p.add_argument("--k-step", type=positive_int, default=1, help="BRGEMM batch count")
     p.add_argument("--core", choices=lsm.CORES, default="c")
+    p.add_argument(
+        "--layout",
+        choices=lsm.LAYOUTS,
+        default="plain",
+        help="GEMM operands: row-major in place, or packed into PARLOOPER's blocked layout inside the call",
+    )
     p.add_argument("--limit", type=positive_int, default=40, help="enumerated configurations (seeded sample)")
     p.add_argument("--time", default="all", help="all, or the model's top N")
     p.add_argument("--threads", type=positive_int, default=1)
@@ -94,10 +108,12 @@ def main(argv: list[str]) -> None:
     from harness import machine as machine_mod
     from harness.experiment import Experiment, run_experiment
     from harness.run import TimingConfig
-    from kernels.candidate import Candidate, Workload
+    from kernels.candidate import Workload
 
     m = machine_mod.detect()
-    params = lsm.GemmParams(args.block, args.block, args.block, args.k_step, core=args.core)
+    params = lsm.GemmParams(
+        args.block, args.block, args.block, args.k_step, core=args.core, layout=args.layout
+    )
     for mm, nn, kk in shapes:
         sizes = {"i": mm, "j": nn, "k": kk}
         try:
@@ -125,7 +141,7 @@ def main(argv: list[str]) -> None:
         out = args.results / MODEL_DIR / f"{name}-{m.fingerprint}.parquet"
         out.parent.mkdir(parents=True, exist_ok=True)
         model.to_parquet(out, index=False)
-        libs = [Candidate("baseline", b.strip()) for b in args.baselines.split(",") if b.strip()]
+        libs = baselines(args)
         timing = TimingConfig(
             mode="hot", warmup=2, min_reps=5, max_reps=args.max_reps, max_seconds=1.0, threads=args.threads
         )
@@ -145,14 +161,14 @@ def conv_main(args: argparse.Namespace) -> None:
     from harness import machine as machine_mod
     from harness.experiment import Experiment, run_experiment
     from harness.run import TimingConfig
-    from kernels.candidate import Candidate, Workload
+    from kernels.candidate import Workload
 
     m = machine_mod.detect()
     for name in names:
         sizes, stride, params = lsm.resnet50_layer(name)
         params = lsm.ConvParams(params.bc, params.bk, params.bw, core=args.core)
         cands = lsm.enumerate_conv(sizes, params, parallel=args.threads > 1, limit=args.limit, seed=args.seed)
-        libs = [Candidate("baseline", b.strip()) for b in args.baselines.split(",") if b.strip()]
+        libs = baselines(args)
         timing = TimingConfig(
             mode="hot", warmup=2, min_reps=5, max_reps=args.max_reps, max_seconds=1.0, threads=args.threads
         )
