@@ -31,7 +31,7 @@ class Library:
     name: str
     patterns: tuple[str, ...]  # glob patterns of the .so or .a to link; the first that matches wins
     decls: str  # C prototypes of the symbols used
-    once: str  # C statements run before the first call: force one thread, initialise
+    once: str  # C run before the first call: set the thread count ({threads}), initialise
     call: str  # C statement(s) on a, b, c with the sizes {i}, {j}, {k} substituted
     extra: tuple[str, ...] = ()  # further files to link, "{dir}" being the library's directory
     link: tuple[str, ...] = ()  # further linker arguments (system libraries)
@@ -53,7 +53,7 @@ def _cblas(
         decls=f"extern void {sgemm}(int order, int ta, int tb, {it} m, {it} n, {it} k, float alpha,\n"
         f"    const float *a, {it} lda, const float *b, {it} ldb, float beta, float *c, {it} ldc);\n"
         f"extern void {set_threads}({threads_type} n);",
-        once=f"{set_threads}(1);",
+        once=f"{set_threads}({{threads}});",
         # 101 = CblasRowMajor, 111 = CblasNoTrans
         call=f"{sgemm}(101, 111, 111, {{i}}, {{j}}, {{k}}, 1.0f, a, {{k}}, b, {{j}}, 1.0f, c, {{j}});",
     )
@@ -100,7 +100,7 @@ _LIBXSMM = Library(
 # oneDNN (Debian libdnnl 2.6): dnnl_sgemm is row-major (dnnl.h) with 64-bit dnnl_dim_t and returns a
 # dnnl_status_t (0 = success, passed on as the kernel's return code). Debian builds it with the OpenMP
 # runtime (DNNL_CPU_RUNTIME = DNNL_RUNTIME_OMP in dnnl_config.h, libdnnl.so.2 links libgomp), so
-# omp_set_num_threads(1) on the calling thread is what makes it use one thread.
+# omp_set_num_threads(n) on the calling thread is what sets its thread count.
 _ONEDNN = Library(
     "onednn",
     tuple(f"{d}/libdnnl.so.2" for d in _DEB),
@@ -108,7 +108,7 @@ _ONEDNN = Library(
     "    const float *a, long long lda, const float *b, long long ldb, float beta, float *c,\n"
     "    long long ldc);\n"
     "extern void omp_set_num_threads(int n);",
-    once="omp_set_num_threads(1);",
+    once="omp_set_num_threads({threads});",
     call="const int rc = dnnl_sgemm('N', 'N', {i}, {j}, {k}, 1.0f, a, {k}, b, {j}, 1.0f, c, {j});\n"
     "  if (rc) return 100 + rc; /* dnnl_status_t, offset so it is not mistaken for another code */",
     link=("-lgomp",),
@@ -163,12 +163,13 @@ def find_library(lib: Library) -> str:
     return path
 
 
-def _source(lib: Library, path: str, sizes: dict[str, int]) -> str:
+def _source(lib: Library, path: str, sizes: dict[str, int], threads: int) -> str:
     # The resolved file and its size are part of the source, so an upgraded library (static archives are
     # copied into the kernel) gets a fresh build and the row's source hash says which file was used.
     real = os.path.realpath(path)
     i, j, k = sizes["i"], sizes["j"], sizes["k"]
-    return f"""/* baseline: {lib.name}, one thread, row-major C[i,j] += A[i,k] * B[k,j], {i}x{j}x{k} */
+    return f"""/* baseline: {lib.name}, {threads} thread(s), row-major C[i,j] += A[i,k] * B[k,j], {i}x{j}x{k}
+   */
 /* library: {real} ({os.path.getsize(real)} bytes) */
 {lib.decls}
 
@@ -177,7 +178,7 @@ int kernel(float *const *tensors, void *workspace) {{
   float *c = tensors[0];
   const float *a = tensors[1], *b = tensors[2];
   (void)workspace;
-  if (!ready) {{ {lib.once} ready = 1; }}
+  if (!ready) {{ {lib.once.format(threads=threads)} ready = 1; }}
   {lib.call.format(**sizes)}
   return 0;
 }}
@@ -188,7 +189,7 @@ int kernel(float *const *tensors, void *workspace) {{
 _DNNL_HEADERS = ("/usr/include/dnnl.h", "/usr/local/include/dnnl.h")
 
 
-def _onednn_conv_source(path: str, sizes: dict[str, int], stride: int) -> str:
+def _onednn_conv_source(path: str, sizes: dict[str, int], stride: int, threads: int = 1) -> str:
     """oneDNN's direct convolution on our layouts: O[h][w][k] += I[h*stride+r][w*stride+s][c] * K[r][s][c][k].
 
     src and dst are NHWC (batch 1) and the weights HWIO, exactly our tensors, no padding. The primitive
@@ -198,12 +199,13 @@ def _onednn_conv_source(path: str, sizes: dict[str, int], stride: int) -> str:
     (reordering on every call made small layers look 2-3x slower than oneDNN is: an unfair baseline). The
     driver never changes an input between calls, so the cached copy is always current; a new buffer (cold
     runs) is reordered again. The implementation oneDNN chose goes to stderr. The sum
-    post-op makes it accumulate into O (dst = conv + dst), as our operator does. One thread as for dnnl_sgemm.
+    post-op makes it accumulate into O (dst = conv + dst), as our operator does. Threads as for dnnl_sgemm.
     """
     h, w, k, c, r, s = (sizes[d] for d in ("h", "w", "k", "c", "r", "s"))
     ih, iw = (h - 1) * stride + r, (w - 1) * stride + s
     real = os.path.realpath(path)
-    return f"""/* baseline: onednn direct convolution, one thread, NHWC x HWIO -> NHWC, stride {stride} */
+    return f"""/* baseline: onednn direct convolution, {threads} thread(s), NHWC x HWIO -> NHWC,
+   stride {stride} */
 /* O[{h}][{w}][{k}] += I[{ih}][{iw}][{c}] * K[{r}][{s}][{c}][{k}] */
 /* library: {real} ({os.path.getsize(real)} bytes) */
 #include <dnnl.h>
@@ -226,7 +228,7 @@ static int setup(float *dst, const float *src, const float *wei) {{
   dnnl_post_ops_t po;
   dnnl_primitive_attr_t attr;
   dnnl_primitive_desc_t pd = NULL;
-  omp_set_num_threads(1);
+  omp_set_num_threads({threads});
   TRY(dnnl_engine_create(&eng, dnnl_cpu, 0));
   TRY(dnnl_stream_create(&strm, eng, dnnl_stream_default_flags));
   TRY(dnnl_memory_desc_init_by_tag(&src_md, 4, src_dims, dnnl_f32, dnnl_nhwc));
@@ -289,7 +291,7 @@ int kernel(float *const *tensors, void *workspace) {{
 """
 
 
-def _render_onednn_conv(workload: Workload) -> KernelSource:
+def _render_onednn_conv(workload: Workload, threads: int = 1) -> KernelSource:
     lib = BLAS["onednn"]
     path = find_library(lib)
     if not any(os.path.exists(h) for h in _DNNL_HEADERS):
@@ -299,15 +301,20 @@ def _render_onednn_conv(workload: Workload) -> KernelSource:
     stride = int(dict(workload.op.params).get("stride", 1))
     libdir = os.path.dirname(path)
     libs = (f"-Wl,--no-as-needed,{path}", f"-Wl,-rpath,{libdir}", *lib.link)
-    return KernelSource(code=_onednn_conv_source(path, workload.size, stride), target="any", libs=libs)
+    code = _onednn_conv_source(path, workload.size, stride, threads)
+    return KernelSource(code=code, target="any", libs=libs)
 
 
 def render_baseline(candidate: Candidate, workload: Workload) -> KernelSource:
     name = candidate.text
     if name not in BLAS:
         raise ValueError(f"unknown baseline {name!r}; known: {sorted(BLAS)}")
+    # threads: the library's own pool (1 unless the run is parallel: compare like with like)
+    threads = int(candidate.option("threads", 1))  # type: ignore[call-overload]
+    if threads < 1:
+        raise ValueError(f"baseline {name}: threads must be >= 1, got {threads}")
     if name == "onednn" and workload.op.name == "conv2d":
-        return _render_onednn_conv(workload)
+        return _render_onednn_conv(workload, threads)
     if workload.op.name != "matmul":
         raise BaselineUnavailable(f"baseline {name} implements matmul only, not {workload.op.name}")
     lib = BLAS[name]
@@ -319,4 +326,4 @@ def render_baseline(candidate: Candidate, workload: Workload) -> KernelSource:
     if ".so" in os.path.basename(path):  # a static archive is copied into the kernel instead
         libs.append(f"-Wl,-rpath,{libdir}")
     libs += lib.link
-    return KernelSource(code=_source(lib, path, workload.size), target="any", libs=tuple(libs))
+    return KernelSource(code=_source(lib, path, workload.size, threads), target="any", libs=tuple(libs))

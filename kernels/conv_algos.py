@@ -551,7 +551,7 @@ def render_im2col(candidate: Candidate, workload: Workload) -> KernelSource:
         f"/* im2col (Caffe-style, NHWC) + {gemm} sgemm ({P}x{M}x{K}), stride {stride}, one thread */\n"
         f"#include <string.h>\n{lib.decls}\n{_IM2COL}\n"
         "int kernel(float *const *tensors, void *workspace) {\n  static int ready = 0;\n"
-        f"  if (!ready) {{ {lib.once} ready = 1; }}\n  float *patch = (float *)workspace;\n{call_im2col}"
+        f"  if (!ready) {{ {lib.once.format(threads=1)} ready = 1; }}\n  float *patch = (float *)workspace;\n{call_im2col}"
         "  float *c = tensors[0];\n  const float *a = patch, *b = tensors[2];\n"
         f"  {call}\n  return 0;\n}}\n"
     )

@@ -56,7 +56,7 @@ def _vs_onednn(
             rows.append({"experiment": exp, "what": "best loop string", "label": best["label"],
                          "gflops": best["gflops_median"], "median_ns": best["median_ns"]})  # fmt: skip
             for _, b in e[e["candidate_kind"] == "baseline"].iterrows():
-                rows.append({"experiment": exp, "what": b["label"], "label": b["label"],
+                rows.append({"experiment": exp, "what": b["candidate_text"], "label": b["label"],
                              "gflops": b["gflops_median"], "median_ns": b["median_ns"]})  # fmt: skip
         data = pd.DataFrame(rows)
         if data.empty or "onednn" not in set(data["what"]):

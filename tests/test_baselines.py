@@ -150,3 +150,21 @@ def test_onednn_convolution_without_its_header_is_unsupported(
     w = Workload.make("cv", "conv2d", {"h": 2, "w": 2, "k": 8, "c": 2, "r": 1, "s": 1})
     (row,) = run_candidates([Candidate("baseline", "onednn")], w, tmp_path, shared_cache)
     assert row["status"] == "unsupported" and "dnnl.h" in row["reason"]
+
+
+@pytest.mark.parametrize("name", sorted(ONE_THREAD))
+def test_threads_option_sets_the_library_pool(name: str) -> None:
+    """A parallel comparison runs the library on as many threads as the kernel it is compared with."""
+    if missing(name):
+        pytest.skip(missing(name))
+    w = Workload.make("mm", "matmul", {"i": 8, "j": 8, "k": 8})
+    two = render_baseline(Candidate("baseline", name, (("threads", 2),)), w).code
+    one = render_baseline(Candidate("baseline", name), w).code
+    assert ONE_THREAD[name] in one and ONE_THREAD[name] not in two
+    assert ONE_THREAD[name].replace("(1)", "(2)") in two
+
+
+def test_threads_must_be_positive() -> None:
+    w = Workload.make("mm", "matmul", {"i": 8, "j": 8, "k": 8})
+    with pytest.raises(ValueError, match="threads must be >= 1"):
+        render_baseline(Candidate("baseline", "onednn", (("threads", 0),)), w)
