@@ -249,6 +249,19 @@ def test_cachegrind_summary_is_parsed(tmp_path: Path) -> None:
     assert _summary(f) == {"Ir": 10, "Dr": 20, "Dw": 30, "Bc": 40}
 
 
+def test_counter_sample_spreads_over_the_work() -> None:
+    from harness.commands.yaconv import paper_layers
+    from harness.commands.yaconv_counters import spread
+
+    layers = paper_layers()
+    flops = sorted(la.workload().flops for la in layers)
+    picked = spread(layers, 5)
+    got = [la.workload().flops for la in picked]
+    assert len({la.name for la in picked}) == 5 and got == sorted(got)
+    assert got[0] == flops[0] and got[-1] == flops[-1]  # both ends of the range
+    assert spread(layers, None) == layers and spread(layers, 100) == layers
+
+
 @pytest.mark.slow
 def test_cachegrind_counts_of_a_tiny_layer(tmp_path: Path) -> None:
     """The driver under valgrind: deterministic per-call counts, and the output still checked."""

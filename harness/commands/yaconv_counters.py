@@ -1,6 +1,7 @@
 """Cachegrind counts of YaConv vs im2col per layer (seed 001 Fig 5.3/5.5 counters; no PMU here).
 
-``harness yaconv-counters [--set layers|seed000|fig5_4|fig5_6] [--quick] [--limit N] [--results DIR]``
+``harness yaconv-counters [--set layers|seed000|fig5_4|fig5_6] [--quick] [--limit N] [--sample N]
+[--no-ours] [--results DIR]``
 runs each candidate's kernel in the harness's own measurement driver (harness/driver/driver.c, the same
 executable and arguments as a timed run) under ``valgrind --tool=cachegrind --cache-sim=yes
 --branch-sim=yes``. The driver calls the kernel 2 + extra times (first call for the check, then the
@@ -41,7 +42,7 @@ from harness.run import build_driver
 from kernels.candidate import Candidate, KernelSource, Workload
 
 EXPERIMENT = "yaconv_cachegrind"
-EXTRA = 2  # hot calls measured (the difference of two runs)
+EXTRA = 1  # hot calls measured (the difference of two runs); valgrind emulates FMA at ~10 s per 200 MFLOP
 CACHES = ("--I1=32768,8,64", "--D1=32768,8,64", "--LL=33554432,16,64")
 SOURCE = "cachegrind simulation (L1d 32K/8-way, LL 32M/16-way)"
 
@@ -147,8 +148,25 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--set", choices=SETS, default="layers")
     p.add_argument("--quick", action="store_true", help="the quick layers / reduced grid")
     p.add_argument("--limit", type=positive_int, default=None, help="first N layers only")
+    p.add_argument(
+        "--sample",
+        type=positive_int,
+        default=None,
+        help="N layers spread evenly over the set sorted by work (the simulation is ~50x slower than a run)",
+    )
+    p.add_argument("--no-ours", action="store_true", help="only the paper's pair: YaConv and im2col")
     p.add_argument("--results", type=Path, default=Path("results"))
     return p
+
+
+def spread(layers: list[Any], n: int | None) -> list[Any]:
+    """``n`` layers evenly spaced over ``layers`` sorted by flops (smallest and largest included)."""
+    if n is None or n >= len(layers):
+        return layers
+    ordered = sorted(layers, key=lambda la: la.workload().flops)
+    if n == 1:
+        return [ordered[len(ordered) // 2]]
+    return [ordered[round(i * (len(ordered) - 1) / (n - 1))] for i in range(n)]
 
 
 def main(argv: list[str]) -> None:
@@ -162,8 +180,8 @@ def main(argv: list[str]) -> None:
     m = machine_mod.detect()
     cache_dir = args.results / "cache"
     # our microkernel runs as AVX2 under valgrind on every host (valgrind has no AVX-512)
-    cands = candidates("avx2")
-    layers = layer_set(args.set, args.quick, args.limit)
+    cands = candidates("avx2", not args.no_ours)
+    layers = spread(layer_set(args.set, args.quick, args.limit), args.sample)
     for n, layer in enumerate(layers, 1):
         w = layer.workload()
         for cand in cands:
