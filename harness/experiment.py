@@ -372,6 +372,7 @@ def _measure(
         counters_unavailable=json.dumps(res.counters_unavailable),
         threads=res.threads,
         cpus=json.dumps(res.cpus),
+        impl=res.impl,
     )
     if exp.timing.mode != "hot":
         row["cold_method"] = res.cold_method

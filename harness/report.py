@@ -45,6 +45,7 @@ PROVENANCE_COLUMNS = [
     "check_points",
     "check_eps",
     "harness_version",
+    "impl",
 ]
 
 

@@ -26,6 +26,7 @@ DRIVER_SOURCE = Path(__file__).parent / "driver" / "driver.c"
 PAPI_HEADER = Path("/usr/include/papi.h")
 TMP_ROOT = Path("/dev/shm")  # tmpfs: writing large tensors costs no disk I/O
 STDERR_TAIL = 2000
+IMPL_PREFIX = "harness-impl: "  # a kernel's stderr line naming the implementation a library chose
 ALIGN = 1024  # bytes: beyond any vector width or cache line, so alignment never differs between candidates
 
 
@@ -78,6 +79,7 @@ class RunResult:
     n_reps: int = 0
     threads: int = 1  # OMP_NUM_THREADS the kernel ran with
     cpus: list[int] = field(default_factory=list)  # the CPU set the child ran on
+    impl: str = ""  # what a library kernel reported choosing (its IMPL_PREFIX line on stderr)
 
 
 @functools.cache
@@ -209,6 +211,14 @@ def run_kernel(
         return _parse(proc, out_path, arrays[0])
 
 
+def reported_impl(stderr: str | None) -> str:
+    """The last implementation a kernel announced on stderr (a library choosing among its own kernels,
+    e.g. oneDNN's ``jit:avx2``), so the row says which code was timed under the library's name."""
+    lines = (stderr or "").splitlines()
+    found = [ln.removeprefix(IMPL_PREFIX).strip() for ln in lines if ln.startswith(IMPL_PREFIX)]
+    return found[-1] if found else ""
+
+
 def _parse(proc: subprocess.CompletedProcess[str], out_path: Path, output_like: np.ndarray) -> RunResult:
     if proc.returncode < 0:
         try:
@@ -240,4 +250,5 @@ def _parse(proc: subprocess.CompletedProcess[str], out_path: Path, output_like: 
         n_reps=data["n_reps"],
         threads=int(data.get("threads", 1)),
         cpus=[int(c) for c in data.get("cpus", [])],
+        impl=reported_impl(proc.stderr),
     )

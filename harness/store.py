@@ -96,6 +96,7 @@ COLUMNS: OrderedDict[str, tuple[pa.DataType, str]] = OrderedDict(
         ),
         ("cpus", (STR, "CPUs the kernel ran on, JSON list")),
         ("timing_batch", (I64, "kernel calls per timed sample (a batch, as seed 001); times are per call")),
+        ("impl", (STR, "implementation a library reported choosing (e.g. oneDNN's jit:avx2); empty if none")),
     ]
 )
 
@@ -111,6 +112,7 @@ OPTIONAL_COLUMNS: dict[str, Any] = {
     "threads": None,
     "cpus": None,
     "timing_batch": None,
+    "impl": None,
 }
 
 #: Arrow schema of a row file; field metadata carries the descriptions.

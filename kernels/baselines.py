@@ -259,7 +259,8 @@ static int setup(float *dst, const float *src, const float *wei) {{
   }}
   const char *impl = "?";
   dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
-  fprintf(stderr, "onednn convolution implementation: %s%s\\n", impl, reorder ? " (+ weight reorder)" : "");
+  /* harness.run.IMPL_PREFIX: the row records the implementation oneDNN chose */
+  fprintf(stderr, "harness-impl: onednn %s%s\\n", impl, reorder ? " (+ weight reorder)" : "");
   TRY(dnnl_primitive_create(&conv, pd));
   dnnl_primitive_desc_destroy(pd);
   dnnl_primitive_attr_destroy(attr);

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from harness.check import CheckConfig
+from harness.run import reported_impl
 from kernels import baselines
 from kernels.baselines import BLAS, BaselineUnavailable, find_library, render_baseline
 from kernels.candidate import Candidate, Workload
@@ -139,6 +140,14 @@ def test_onednn_direct_convolution_passes_the_check(
     (row,) = run_candidates([Candidate("baseline", "onednn")], w, tmp_path, shared_cache, FULL)
     assert row["status"] == "ok", row["reason"]
     assert row["check_mode"] == "full" and row["check_passed"] is True
+    # the row names the kernel oneDNN chose (jit:avx2, gemm:jit, ref...), not only the library
+    assert row["impl"].startswith("onednn ") and len(row["impl"]) > len("onednn ")
+
+
+def test_reported_impl_takes_the_last_announcement() -> None:
+    err = "warning: x\nharness-impl: onednn gemm:jit\nharness-impl: onednn jit:avx2\n"
+    assert reported_impl(err) == "onednn jit:avx2"
+    assert reported_impl("no announcement\n") == "" and reported_impl(None) == ""
 
 
 def test_onednn_convolution_without_its_header_is_unsupported(
