@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import matplotlib.pyplot as plt
-import numpy as np
 import pandas as pd
+from scipy.stats import gmean
 
 from reports.figures import CLAIMS, PaperFigure, _paper, _save, results_dir_of
 
@@ -21,6 +21,8 @@ def _results_dir(out_dir: Path) -> Path:
 
 
 CONV_PREFIX = "parlooper-conv-"
+# oneDNN as a baseline: on our tensors' layouts, and (conv) in the layouts it picks, conversions untimed
+ONEDNN_VARIANTS = ("onednn", "onednn-blocked")
 
 
 def _rows(summary: pd.DataFrame, prefix: str = PREFIX) -> pd.DataFrame:
@@ -59,13 +61,16 @@ def _vs_onednn(
                 rows.append({"experiment": exp, "what": b["candidate_text"], "label": b["label"],
                              "gflops": b["gflops_median"], "median_ns": b["median_ns"]})  # fmt: skip
         data = pd.DataFrame(rows)
-        if data.empty or "onednn" not in set(data["what"]):
+        variants = [v for v in ONEDNN_VARIANTS if not data.empty and v in set(data["what"])]
+        if not variants:
             continue
         piv = data.pivot_table(index="experiment", columns="what", values="median_ns", aggfunc="first")
-        ratio = (piv["onednn"] / piv["best loop string"]).dropna()
+        # against the faster oneDNN per shape: its NHWC run (our layout) or its own blocked layouts
+        ratio = (piv[variants].min(axis=1) / piv["best loop string"]).dropna()
         if ratio.empty:
             continue
-        geo = float(np.exp(np.log(ratio).mean()))
+        geo = float(gmean(ratio))
+        per_variant = {v: float(gmean((piv[v] / piv["best loop string"]).dropna())) for v in variants}
         fig, ax = plt.subplots(figsize=(8, 3.5))
         gf = data.pivot_table(index="experiment", columns="what", values="gflops", aggfunc="first")
         gf.index = [i.removeprefix(prefix) for i in gf.index]
@@ -79,9 +84,12 @@ def _vs_onednn(
                 measured=f"geometric mean of oneDNN time / best loop-string time over {len(ratio)} shapes: "
                 f"{geo:.2f}x ("
                 + ", ".join(f"{k.removeprefix(prefix)} {v:.2f}x" for k, v in ratio.items())
-                + ")",
+                + ")"
+                + ("; per oneDNN variant: " + ", ".join(f"{v} {g:.2f}x" for v, g in per_variant.items())
+                   if len(variants) > 1 else ""),
                 verdict="reproduced" if geo >= target else "partial" if geo >= 0.9 else "differs",
-                statistic=f"geometric mean of per-shape speedups (median times); reproduced if >= {target}x "
+                statistic="geometric mean of per-shape speedups over the faster oneDNN (median times); "
+                f"reproduced if >= {target}x "
                 f"(the issue's target; the paper: {CLAIMS[claim]['paper_text']})",
                 image=image, csv=csv, ours=geo, paper_value=meta["paper_geomean"], unit="x oneDNN",
                 table=data.round(2).to_dict("records"),

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from harness.build import CompilerConfig, build
@@ -219,3 +220,23 @@ def test_conv_enumeration() -> None:
     assert len(cands) == 720 * 2  # every order, batch over one or both channel blocks
     par = lsm.enumerate_conv(sizes, lsm.ConvParams(bc=32, bk=32, bw=7), parallel=True, limit=30)
     assert all(lsm.parse_loop_string(c.text, lsm.CONV_LETTERS).mode == "omp" for c in par)
+
+
+def test_fig7_compares_with_the_faster_onednn_per_layer(tmp_path: Path) -> None:
+    """oneDNN on NHWC and in its own layouts: each layer's best string is compared with the faster one."""
+    from reports import fig_parlooper
+
+    def row(layer: str, kind: str, text: str, ns: float) -> dict[str, object]:
+        return {"experiment": f"{fig_parlooper.CONV_PREFIX}{layer}", "status": "ok", "candidate_kind": kind,
+                "candidate_text": text, "label": text, "median_ns": ns, "gflops_median": 1e3 / ns,
+                "machine_fingerprint": "fp", "cpu_model": "cpu", "timing_mode": "hot"}  # fmt: skip
+
+    summary = pd.DataFrame(
+        [row("l1", "loop_string", "aBC", 100.0), row("l1", "baseline", "onednn", 200.0),
+         row("l1", "baseline", "onednn-blocked", 150.0),
+         row("l2", "loop_string", "aBC", 100.0), row("l2", "baseline", "onednn", 80.0),
+         row("l2", "baseline", "onednn-blocked", 120.0)]
+    )  # fmt: skip
+    (fig,) = fig_parlooper.conv_vs_onednn(summary, tmp_path)
+    assert fig.ours == pytest.approx((1.5 * 0.8) ** 0.5)  # l1 vs blocked (150), l2 vs NHWC (80)
+    assert "onednn 1.26x" in fig.measured and "onednn-blocked 1.34x" in fig.measured
