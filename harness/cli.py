@@ -53,7 +53,7 @@ CHOICES: dict[str, tuple[object, ...]] = {
 
 def _check_choices(c: dict[str, Any]) -> None:
     """Values with a closed set of choices, and tools that must exist, named by their config key."""
-    from kernels.baselines import BLAS
+    from kernels.baselines import BASELINE_NAMES
 
     for key, allowed in CHOICES.items():
         section, name = key.split(".")
@@ -64,8 +64,8 @@ def _check_choices(c: dict[str, Any]) -> None:
         if backend not in ("papi", "perf_event"):
             raise UsageError(f"counters.backends: unknown backend {backend!r}; allowed: papi, perf_event")
     for name in (c["baselines"] if c.get("baselines") is not None else c["space"].get("baselines")) or []:
-        if name not in BLAS:
-            raise UsageError(f"baselines: unknown library {name!r}; allowed: {', '.join(sorted(BLAS))}")
+        if name not in BASELINE_NAMES:
+            raise UsageError(f"baselines: unknown library {name!r}; allowed: {', '.join(BASELINE_NAMES)}")
     if c.get("search"):  # the search group (harness/search): strategy, budget, seed, batch
         from harness.search import SearchConfig, SearchError
 

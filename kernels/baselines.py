@@ -351,12 +351,14 @@ def _render_onednn_conv(workload: Workload, threads: int = 1, blocked: bool = Fa
 
 #: Baselines of the convolution only (not matmul libraries): oneDNN in the layouts it chooses.
 CONV_ONLY = ("onednn-blocked",)
+#: Every name a baseline candidate may have.
+BASELINE_NAMES = (*sorted(BLAS), *CONV_ONLY)
 
 
 def render_baseline(candidate: Candidate, workload: Workload) -> KernelSource:
     name = candidate.text
-    if name not in BLAS and name not in CONV_ONLY:
-        raise ValueError(f"unknown baseline {name!r}; known: {sorted(BLAS) + list(CONV_ONLY)}")
+    if name not in BASELINE_NAMES:
+        raise ValueError(f"unknown baseline {name!r}; known: {', '.join(BASELINE_NAMES)}")
     # threads: the library's own pool (1 unless the run is parallel: compare like with like)
     threads = int(candidate.option("threads", 1))  # type: ignore[call-overload]
     if threads < 1:
