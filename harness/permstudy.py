@@ -123,8 +123,12 @@ def run_simulations(
     partial_sums: bool = True,
     jobs: int = 1,
     say: Callable[[str], None] = print,
+    reuse_from: str | None = None,
 ) -> list[Path]:
-    """Simulate every order of every layer on every configuration and thread count; skip stored files."""
+    """Simulate every order of every layer on every configuration and thread count; skip stored files.
+
+    ``reuse_from``: another experiment whose stored simulations are linked in instead of recomputed (a
+    simulation does not depend on how the orders are later compiled and timed, e.g. at -O0)."""
     import time
 
     paths = []
@@ -133,6 +137,11 @@ def run_simulations(
     for k, (name, sizes, cfg, t) in enumerate(todo, start=1):
         path = sim_file(results, experiment, name, cfg, t, partial_sums, layout, cap)
         paths.append(path)
+        other = sim_file(results, reuse_from, name, cfg, t, partial_sums, layout, cap) if reuse_from else None
+        if not path.exists() and other is not None and other.exists():
+            _write_atomic(pd.read_parquet(other), path)
+            say(f"[{experiment}] {name} {cfg.name} t{t}: simulation reused from {reuse_from}")
+            continue
         if path.exists():
             say(f"[{experiment}] {name} {cfg.name} t{t}: already simulated, skipped")
             continue
@@ -279,7 +288,9 @@ def p_good_in_sample(n_good: int, n_total: int, n: int) -> float:
 
 def spearman_by_layer(sim: pd.DataFrame, timed: pd.DataFrame) -> pd.DataFrame:
     """Spearman rank correlation of simulated cycles and measured median time over the orders timed,
-    per layer, cache configuration, variant and machine (threads = 1)."""
+    per experiment, layer, cache configuration, variant and machine (threads = 1). Timed rows of
+    experiment ``<E>-<layer>`` are paired with the simulations of ``E`` (another experiment may time the
+    same layer differently, e.g. at -O0)."""
     from scipy.stats import spearmanr
 
     if sim.empty or timed.empty:
@@ -287,16 +298,21 @@ def spearman_by_layer(sim: pd.DataFrame, timed: pd.DataFrame) -> pd.DataFrame:
     s = sim[sim["threads"] == 1]
     rows = []
     timed = timed[timed["threads"] == 1]
-    for (layer, ps, fp), t in timed.groupby(["layer", "partial_sums", "machine_fingerprint"]):
-        for cache, sc in s[(s["layer"] == layer) & (s["partial_sums"] == ps)].groupby("cache"):
+    keys = ["experiment", "layer", "partial_sums", "machine_fingerprint"]
+    for (exp, layer, ps, fp), t in timed.groupby(keys):
+        sim_exp = str(exp).removesuffix(f"-{layer}")
+        here = s[(s["layer"] == layer) & (s["partial_sums"] == ps)]
+        if "experiment" in here:
+            here = here[here["experiment"] == sim_exp]
+        for cache, sc in here.groupby("cache"):
             j = t.merge(sc[["order", "cycles"]].drop_duplicates("order"), on="order")
             if len(j) < 3:
                 continue
             rho, pval = spearmanr(j["cycles"], j["median_ns"])
             rows.append({
-                "layer": layer, "partial_sums": ps, "cache": cache, "machine_fingerprint": fp,
-                "cpu_model": t["cpu_model"].iloc[0], "n_orders": len(j), "spearman": float(rho),
-                "p_value": float(pval),
+                "experiment": sim_exp, "layer": layer, "partial_sums": ps, "cache": cache,
+                "machine_fingerprint": fp, "cpu_model": t["cpu_model"].iloc[0], "n_orders": len(j),
+                "spearman": float(rho), "p_value": float(pval),
             })  # fmt: skip
     return pd.DataFrame(rows)
 

@@ -144,6 +144,12 @@ def test_simulation_ranks_and_stores(tmp_path: Path) -> None:
     msgs: list[str] = []
     permstudy.run_simulations(tmp_path, "t", {"small": sizes}, [cfg], say=msgs.append)
     assert "skipped" in msgs[0]
+    # another experiment (e.g. timing at -O0) reuses the stored simulation instead of recomputing it
+    msgs.clear()
+    permstudy.run_simulations(tmp_path, "t-O0", {"small": sizes}, [cfg], say=msgs.append, reuse_from="t")
+    assert "reused from t" in msgs[0]
+    again = permstudy.load_sim(tmp_path, "t-O0")
+    assert again.drop(columns="experiment").equals(df.drop(columns="experiment"))
 
 
 def test_command_bad_input_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -187,3 +193,23 @@ def test_parallel_orders_use_tpar_on_an_output_loop(tmp_path: Path, shared_cache
     par = type(cand)("scheme", text, cand.options)
     (row,) = run_candidates([par], w, tmp_path, shared_cache, CheckConfig(full_below=10**6), FAST_TIMING)
     assert row["status"] == "ok" and row["check_passed"], row["reason"]
+
+
+def test_spearman_pairs_each_timed_experiment_with_its_own_simulations() -> None:
+    """Timing the same layer twice (e.g. -O3 in `permutations`, -O0 in `permutations-O0`) gives two
+    correlations, each against its experiment's simulation, never one over the mixed rows."""
+    orders = [perm.order_text(o) for o in perm.sjt()[:6]]
+    cycles = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+    sim = pd.DataFrame(
+        [{"experiment": e, "layer": "L", "partial_sums": True, "threads": 1, "cache": "loki", "order": o,
+          "cycles": c}
+         for e in ("permutations", "permutations-O0") for o, c in zip(orders, cycles, strict=True)]
+    )  # fmt: skip
+    timed = pd.DataFrame(
+        [{"experiment": f"{e}-L", "layer": "L", "partial_sums": True, "threads": 1,
+          "machine_fingerprint": "fp", "cpu_model": "cpu", "order": o, "median_ns": ns}
+         for e, sign in (("permutations", 1), ("permutations-O0", -1))
+         for o, ns in zip(orders, (sign * c for c in cycles), strict=True)]
+    )  # fmt: skip
+    rho = permstudy.spearman_by_layer(sim, timed).set_index("experiment")["spearman"]
+    assert rho["permutations"] == pytest.approx(1.0) and rho["permutations-O0"] == pytest.approx(-1.0)

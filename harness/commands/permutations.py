@@ -46,6 +46,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="harness permutations", description=__doc__.splitlines()[0])
     p.add_argument("--results", type=Path, default=Path("results"))
     p.add_argument("--experiment", default="permutations", help="name of this study's rows")
+    p.add_argument(
+        "--sim-from", default=None, metavar="EXPERIMENT",
+        help="reuse that experiment's stored simulations (e.g. to time the same orders at -O0)",
+    )  # fmt: skip
     p.add_argument("--layers", default="quick", help="table4.1 | table4.2 | table4.3 | quick | names")
     p.add_argument("--cache", default="loki,host", help="configurations of conf/cache/, comma-separated")
     p.add_argument("--threads", default="1", help="simulated thread counts, e.g. 1,2,4,8")
@@ -89,8 +93,9 @@ def main(argv: list[str]) -> None:
         print(msg, file=sys.stderr, flush=True)
 
     permstudy.run_simulations(
-        args.results, args.experiment, layers, configs, threads, args.cap, args.layout, ps, args.jobs, say
-    )
+        args.results, args.experiment, layers, configs, threads, args.cap, args.layout, ps, args.jobs, say,
+        reuse_from=args.sim_from,
+    )  # fmt: skip
     time_threads = _ints(args.time_threads, "--time-threads")
     if n_time:
         from harness.run import TimingConfig
@@ -125,7 +130,8 @@ def report(results: Path, experiment: str) -> None:
         )
     summary = analysis.summarize(store.load(results))
     timed = permstudy.timed_frame(summary, experiment)
-    for _, r in permstudy.spearman_by_layer(sim, timed).iterrows():
+    rho = permstudy.spearman_by_layer(sim, timed)
+    for _, r in rho[rho["experiment"] == experiment].iterrows() if len(rho) else ():
         print(
             f"spearman(simulated cycles [{r['cache']}], measured time) on {r['layer']} over "
             f"{r['n_orders']} orders: {r['spearman']:.3f} (p={r['p_value']:.2g})"
