@@ -137,13 +137,13 @@ def run_simulations(
     for k, (name, sizes, cfg, t) in enumerate(todo, start=1):
         path = sim_file(results, experiment, name, cfg, t, partial_sums, layout, cap)
         paths.append(path)
-        other = sim_file(results, reuse_from, name, cfg, t, partial_sums, layout, cap) if reuse_from else None
-        if not path.exists() and other is not None and other.exists():
-            _write_atomic(pd.read_parquet(other), path)
-            say(f"[{experiment}] {name} {cfg.name} t{t}: simulation reused from {reuse_from}")
-            continue
         if path.exists():
             say(f"[{experiment}] {name} {cfg.name} t{t}: already simulated, skipped")
+            continue
+        other = sim_file(results, reuse_from, name, cfg, t, partial_sums, layout, cap) if reuse_from else None
+        if other is not None and other.exists():
+            _write_atomic(pd.read_parquet(other), path)
+            say(f"[{experiment}] {name} {cfg.name} t{t}: simulation reused from {reuse_from}")
             continue
         df = simulate_layer(name, sizes, cfg, t, cap, layout, partial_sums, jobs=jobs)
         _write_atomic(df, path)
@@ -243,6 +243,10 @@ def timed_frame(summary: pd.DataFrame, experiment_prefix: str | None = None) -> 
             "machine_fingerprint": r["machine_fingerprint"], "cpu_model": r["cpu_model"],
             "experiment": r["experiment"], "threads": _threads_of(str(r["experiment"])),
         })  # fmt: skip
+    for row in rows:  # the simulation experiment E of a timed experiment E-<layer> / E-t<N>-<layer>
+        t = row["threads"]
+        base = row["experiment"].removesuffix(f"-{row['layer']}")
+        row["sim_experiment"] = base.removesuffix(f"-t{t}") if t != 1 else base
     return pd.DataFrame(rows)
 
 
@@ -298,9 +302,8 @@ def spearman_by_layer(sim: pd.DataFrame, timed: pd.DataFrame) -> pd.DataFrame:
     s = sim[sim["threads"] == 1]
     rows = []
     timed = timed[timed["threads"] == 1]
-    keys = ["experiment", "layer", "partial_sums", "machine_fingerprint"]
-    for (exp, layer, ps, fp), t in timed.groupby(keys):
-        sim_exp = str(exp).removesuffix(f"-{layer}")
+    keys = ["sim_experiment", "layer", "partial_sums", "machine_fingerprint"]
+    for (sim_exp, layer, ps, fp), t in timed.groupby(keys):
         here = s[(s["layer"] == layer) & (s["partial_sums"] == ps)]
         if "experiment" in here:
             here = here[here["experiment"] == sim_exp]

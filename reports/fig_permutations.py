@@ -385,12 +385,7 @@ def validation(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
         for ax, cache in zip(axes[0], caches, strict=True):
             s = sim[(sim["cache"] == cache) & (sim["threads"] == 1)]
             # each timed experiment <E>-<layer> against the simulations of E
-            t_sim = t.assign(
-                sim_experiment=[
-                    str(e).removesuffix(f"-{la}") for e, la in zip(t["experiment"], t["layer"], strict=True)
-                ]
-            )
-            j = t_sim.merge(
+            j = t.merge(
                 s[["experiment", "layer", "order", "partial_sums", "cycles"]].rename(
                     columns={"experiment": "sim_experiment"}
                 ),

@@ -206,7 +206,7 @@ def test_spearman_pairs_each_timed_experiment_with_its_own_simulations() -> None
          for e in ("permutations", "permutations-O0") for o, c in zip(orders, cycles, strict=True)]
     )  # fmt: skip
     timed = pd.DataFrame(
-        [{"experiment": f"{e}-L", "layer": "L", "partial_sums": True, "threads": 1,
+        [{"experiment": f"{e}-L", "sim_experiment": e, "layer": "L", "partial_sums": True, "threads": 1,
           "machine_fingerprint": "fp", "cpu_model": "cpu", "order": o, "median_ns": ns}
          for e, sign in (("permutations", 1), ("permutations-O0", -1))
          for o, ns in zip(orders, (sign * c for c in cycles), strict=True)]
