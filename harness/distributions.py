@@ -125,8 +125,12 @@ def bootstrap_ci(
 
 def best_of_first(values_in_order: Sequence[float], n: int) -> float:
     """The best of the first n candidates of a run, in the order they were proposed (Fig 6.2, 6.3:
-    "best of 100 / of 1000 random draws")."""
-    x = np.asarray(values_in_order, dtype=float)[:n]
+    "best of 100 / of 1000 random draws"). NaN when the run proposed fewer than n: the best of fewer
+    draws is a different statistic, not a stand-in for it."""
+    x = np.asarray(values_in_order, dtype=float)
+    if x.size < n:
+        return float("nan")
+    x = x[:n]
     x = x[np.isfinite(x)]
     return float(x.max()) if x.size else float("nan")
 

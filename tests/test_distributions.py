@@ -76,6 +76,8 @@ def test_bootstrap_ci_covers_the_truth_and_is_reproducible() -> None:
 
 def test_best_of_first_and_weighted_average() -> None:
     assert dist.best_of_first([5.0, float("nan"), 9.0, 30.0], 3) == 9.0
+    # fewer draws than asked is not a best of n
+    assert np.isnan(dist.best_of_first([5.0, 9.0], 3))
     perf = {"a": 50.0, "b": 80.0, "c": float("nan")}
     assert dist.weighted_average(perf, {"a": 3, "b": 1, "c": 100}) == pytest.approx((150 + 80) / 4)
 
@@ -109,16 +111,23 @@ def test_fig6_3_verdict_follows_the_comparison_with_onednn(tmp_path) -> None:  #
 
     from reports import fig_conv_dse as fig
 
-    def verdict(ours: float, onednn: float) -> str:
+    def figure(ours: float, onednn: float, draws: int = 100, short: int | None = None):  # noqa: ANN202
         parts = []
-        for layer in ("yolo9000_12", "resnet18_02"):
-            parts.append(_summary(fig.RANDOM, layer, [ours - 10, ours, ours - 5]))
+        for layer, n in (("yolo9000_12", draws), ("resnet18_02", draws), ("resnet18_03", short or draws)):
+            parts.append(_summary(fig.RANDOM, layer, [ours - 10] * (n - 1) + [ours]))
             parts.append(_summary(fig.RANDOM, layer, [onednn], kind="baseline", texts=["onednn"]))
         (f,) = fig.best_vs_onednn(pd.concat(parts, ignore_index=True), tmp_path)
-        return f.verdict
+        return f
 
-    assert verdict(80.0, 60.0) == "reproduced"
-    assert verdict(50.0, 60.0) == "differs"
+    assert figure(80.0, 60.0).verdict == "reproduced"
+    assert figure(50.0, 60.0).verdict == "differs"
+    # a quick run (3 draws) shows the best of 3, labelled, and cannot reproduce a best-of-100 claim
+    f = figure(80.0, 60.0, draws=3)
+    assert f.verdict == "partial" and "best of 3 " in f.measured
+    # a layer stopped before its 100th draw is left out of the comparison, and said so
+    f = figure(80.0, 60.0, short=52)
+    assert f.verdict == "partial" and "left out (fewer than 100 draws): resnet18_03" in f.measured
+    assert "2/2 layers" in f.measured
 
 
 def test_single_vs_forced_and_convergence_verdicts(tmp_path) -> None:  # noqa: ANN001
