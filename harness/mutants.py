@@ -579,6 +579,20 @@ def packt_wrong_shuffle(code: str) -> str:
     return _splice(code, m.start("imm"), m.end("imm"), f"0x{swapped:02X}")
 
 
+# for (int pq1_i = 0; pq1_i < MIN(6, e_i_1 - pp1 * 6); pq1_i++)  (the copy into a PackT_X[d/p,...] panel)
+_PANEL_COPY = re.compile(r"< MIN\((?P<p>\d+), (?P<rest>[^;]*?) - (?P<pp>pp\d+) \* (?P=p)\);")
+
+
+def panel_copy_short(code: str) -> str:
+    """The copy into a panel buffer (``PackT_X[d/p,...,d]``) stops one row short of each panel: the
+    last of the p values of every panel is never written, so the microkernel reads what the workspace
+    held before."""
+    m = next(_PANEL_COPY.finditer(code), None)
+    if m is None:
+        raise MutationError("no copy into a panel buffer (PackT_X[d/p,...]) in the source")
+    return _splice(code, m.start("p"), m.end("p"), str(int(m["p"]) - 1))
+
+
 def _entry(name: str, apply: Callable[[str], str], description: str, models: str) -> tuple[str, Mutant]:
     return name, Mutant(name, description, apply, models)
 
@@ -720,6 +734,11 @@ MUTANTS: dict[str, Mutant] = dict(
             "the first shuffle of the PackT in-register transpose uses the other immediate (0x44 <-> 0xEE)",
             "wrong shuffle in a vectorized transpose (PackT): the packed buffer holds a permuted block",
         ),
+        _entry(
+            "panel_copy_short", panel_copy_short,
+            "the copy into a panel buffer (PackT_X[d/p,...]) writes p - 1 of the p rows of every panel",
+            "incomplete pack into micro-panels: stale workspace values are read as operands",
+        ),
     ]
 )  # fmt: skip
 
@@ -808,7 +827,8 @@ def demo_kernels(target: str) -> list[DemoKernel]:
     matmul with Texct/Tvar partial tiles (90 = 48 + 42 rows, Tvar tiles of 12 and 6), a matmul whose
     108 columns end in a masked remainder (codegen.partial=masked: 12 = 8 + 4 lanes on AVX2, 12 of 16
     on AVX-512), a λ_seq matmul (52 = 6x6 + 4x4 rows, with a k unroll) and a matmul whose A is
-    transposed into a workspace buffer by PackT (k = 37: full in-register blocks and a scalar rest)."""
+    transposed into a workspace buffer by PackT (k = 37: full in-register blocks and a scalar rest) and
+    one whose A is packed in panels of 6 rows (70 = 11 x 6 + 4: a partial last panel)."""
 
     def cand(text: str, **opts: object) -> Candidate:
         return Candidate("scheme", text, tuple(sorted({"target": target, **opts}.items())))
@@ -850,6 +870,14 @@ def demo_kernels(target: str) -> list[DemoKernel]:
             "matmul_packt",
             cand("[PackT_A[k,i], R_j, R_i, R_k, U_{4,i}, U_{2,j}, V_j]"),
             Workload.make("matmul_64x96x37", "matmul", {"i": 64, "j": 96, "k": 37}),
+        ),
+        DemoKernel(
+            "matmul_panels",
+            cand(
+                "[R_k, Texct_{24,k}, PackT_A[i/6,k,i], R_j, R_i, Tvar_{24,k}, U_{6,i}, U_{2,j}, V_j]",
+                partial="masked",
+            ),  # fmt: skip
+            Workload.make("matmul_70x96x37", "matmul", {"i": 70, "j": 96, "k": 37}),
         ),
     ]
 

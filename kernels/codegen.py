@@ -29,6 +29,7 @@ from kernels.scheme import (
     analyze,
     as_written,
     format_scheme,
+    pack_layout,
     parse_scheme,
     walk_dim,
 )
@@ -155,13 +156,23 @@ class View:
     ptr: str
     strides: list[int]
     origin: dict[str, str]
+    # a buffer in panels (PackT_X[d/p, ..., d]): loop indices on d are whole panels from the origin, so
+    # they move by ``strides`` (one panel of p per p elements), while the unrolled offsets inside a tile
+    # (below p) move by ``inner`` (1 along d)
+    inner: list[int] | None = None
+    split: tuple[str, int] | None = None
 
     def address(self, acc: Access, bases: Mapping[str, str]) -> str:
         rel = {d: (b if d not in self.origin else f"{b} - ({self.origin[d]})") for d, b in bases.items()}
         return f"{self.ptr} + {_linear(acc, self.strides, rel)}"
 
     def offset(self, acc: Access, offsets: Mapping[str, int]) -> int:
-        return _const_offset(acc, self.strides, offsets)
+        if self.split is not None:
+            d, p = self.split
+            if not 0 <= offsets.get(d, 0) < p:
+                why = f"the microkernel reaches {d} + {offsets[d]}, past a panel of {p} of the packed buffer"
+                raise SchemeError("pack-split", why + f": the tile along {d} must be at most {p}", dim=d)
+        return _const_offset(acc, self.inner or self.strides, offsets)
 
 
 @dataclass
@@ -242,6 +253,7 @@ class _Gen:
             for reps, factor in a.seq:
                 inner = {**binding, d: factor}
                 tile = factor * gran
+                self.check_panels(d, tile)  # type: ignore[arg-type]
                 start = self._plus(base, offset)
                 if reps == 1:
                     self.emit(pos + 1, {**env, d: (start, tile)}, inner)  # type: ignore[dict-item]
@@ -256,6 +268,7 @@ class _Gen:
                 offset += reps * tile
             return
         step = self.plan(pos, binding)
+        self.check_panels(d, step.step)  # type: ignore[arg-type]
         if isinstance(extent, int) and extent == step.step:
             self.emit(pos + 1, env, binding)
             return
@@ -271,6 +284,14 @@ class _Gen:
         self.emit(pos + 1, {**env, d: (v, child_extent)}, binding)  # type: ignore[dict-item]
         self.depth -= 1
         self.line("}")
+
+    def check_panels(self, d: str, step: int) -> None:
+        """A loop on a dimension split into panels by an enclosing pack must move by whole panels, or its
+        indices would land inside a panel, where the buffer's layout is not linear."""
+        for v in self.views:
+            if v.split is not None and v.split[0] == d and step % v.split[1]:
+                why = f"a loop on {d} steps by {step} under a buffer in panels of {v.split[1]} along {d}"
+                raise SchemeError("pack-split", why + " (the step must be a multiple of the panel)", dim=d)
 
     @staticmethod
     def _plus(base: str, value: int | str) -> str:
@@ -347,13 +368,20 @@ class _Gen:
         a = self.an.scheme[pos]
         n = next(i for i, t in enumerate(self.op.tensors) if t.tensor == a.tensor)
         acc, src = self.op.tensors[n], self.views[n]
+        if src.split is not None:
+            why = f"{a.tensor} is already in panels here; pack it once"
+            raise SchemeError("pack-split", why, a, pos)
         nominal = {d: e if isinstance(e, int) else self.nominal[e] for d, (_, e) in env.items()}
         # buffer axes, innermost last: the layout the tensor has here (a PackT above may have transposed
         # it), or one per dimension in this PackT's order
         if a.kind == "Pack":
             order = sorted(range(len(acc.axes)), key=lambda ax: -src.strides[ax])
         else:
-            order = [acc.dims().index(d) for d in a.dims]
+            plain, split = pack_layout(a)
+            order = [acc.dims().index(d) for d in plain]
+            if split is not None:
+                self.emit_panel_pack(pos, n, order, split, env, binding)
+                return
 
         def extent(axis: int, ext: Mapping[str, int | str]) -> int | str:
             terms = [(c, ext[d]) for d, c in acc.axes[axis]]
@@ -420,6 +448,74 @@ class _Gen:
         self.views[n] = src
         if n == 0:
             copy_out()
+        self.depth -= 1
+        self.line("}")
+
+    def emit_panel_pack(
+        self,
+        pos: int,
+        n: int,
+        order: list[int],
+        split: tuple[str, int],
+        env: dict[str, tuple[str, int | str]],
+        binding: dict[str, int],
+    ) -> None:
+        """PackT_X[d/p, ..., d]: the footprint as panels of p along d, each panel row-major in the listed
+        order with d innermost (BLIS's micro-panels: a k x mr panel of A is contiguous). The copy reads
+        the source along its contiguous axis; a partial last panel leaves its tail unwritten (the
+        microkernel's remainder never reads it)."""
+        a = self.an.scheme[pos]
+        acc, src = self.op.tensors[n], self.views[n]
+        d, p = split
+        if n == 0:
+            why = f"the output {a.tensor} cannot be packed in panels (inputs only)"
+            raise SchemeError("pack-split", why, a, pos, d)
+        if any(len(ax) != 1 or ax[0][1] != 1 for ax in acc.axes):
+            raise SchemeError("pack-split", f"{a.tensor} has a compound axis: no panels", a, pos, d)
+        ax_d = acc.dims().index(d)
+        nominal = {x: e if isinstance(e, int) else self.nominal[e] for x, (_, e) in env.items()}
+        actual = {x: e for x, (_, e) in env.items()}
+        sizes = [nominal[acc.dims()[ax]] for ax in order]
+        sizes[-1] = p  # the panel's own extent along d
+        panels = -(-nominal[d] // p)
+        per_panel = math.prod(sizes)
+        inner = _strides(tuple(sizes))
+        strides, inner_strides = [0] * len(acc.axes), [0] * len(acc.axes)
+        for k, ax in enumerate(order):
+            strides[ax] = inner_strides[ax] = inner[k]
+        strides[ax_d] = per_panel // p  # d moves by whole panels: p elements = one panel
+        buf = f"buf{self.counters.get('#buf', 0)}"
+        self.counters["#buf"] = self.counters.get("#buf", 0) + 1
+        total = panels * per_panel
+        self.line(f"{{  /* {a.text()}: {panels} panels of {' x '.join(map(str, sizes))} floats */")
+        self.depth += 1
+        self.line(f"float *restrict {buf} = {self.ws_base} + {self.workspace_floats};")
+        self.workspace_floats += -(-total // 16) * 16
+        bases = {x: b for x, (b, _) in env.items()}
+        v_out, v_in = f"pp{n}", f"pq{n}_{d}"
+        ext_d = actual[d]
+        self.line(f"for (int {v_out} = 0; {v_out} * {p} < {ext_d}; {v_out}++)")
+        self.depth += 1
+        # source axes outer to inner by source stride, so the innermost copy loop reads contiguously
+        loops = {ax: (v_in if ax == ax_d else f"pq{n}_{acc.dims()[ax]}") for ax in range(len(acc.axes))}
+        opened = 0
+        for ax in sorted(range(len(acc.axes)), key=lambda x: -src.strides[x]):
+            bound = f"MIN({p}, {ext_d} - {v_out} * {p})" if ax == ax_d else actual[acc.dims()[ax]]
+            self.line(f"for (int {loops[ax]} = 0; {loops[ax]} < {bound}; {loops[ax]}++)")
+            self.depth += 1
+            opened += 1
+        buf_off = " + ".join(
+            [f"{v_out} * {per_panel}"] + [f"{loops[ax]} * {inner_strides[ax]}" for ax in order]
+        )
+        src_index = {ax: loops[ax] for ax in range(len(acc.axes))}
+        src_index[ax_d] = f"({v_out} * {p} + {v_in})"
+        src_off = " + ".join(f"{src_index[ax]} * {src.strides[ax]}" for ax in range(len(acc.axes)))
+        self.line(f"{buf}[{buf_off}] = ({src.address(acc, bases)})[{src_off}];")
+        self.depth -= opened + 1
+        origin = {x: bases[x] for x in acc.dims()}
+        self.views[n] = View(buf, strides, origin, inner_strides, split)
+        self.emit(pos + 1, env, binding)
+        self.views[n] = src
         self.depth -= 1
         self.line("}")
 
@@ -642,7 +738,7 @@ class _Gen:
         names, rows = {}, {}
         for n, acc in enumerate(self.op.tensors):
             view = self.views[n]
-            if view.strides[-1] != 1:
+            if view.strides[-1] != 1 or view.split is not None:
                 why = f"{ext.name} needs {acc.tensor} row-major (last axis contiguous), not a PackT layout"
                 raise SchemeError("external-layout", why, a, pos)
             names[acc.tensor] = view.address(acc, bases)

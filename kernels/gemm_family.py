@@ -19,10 +19,14 @@ Microkernels (§4, Fig 3), vector lanes L:
   contiguous, and the tile is ``U_{kr,k}, U_{mr/L,i}, V_i`` under a loop over j (L6): each step is a
   matrix-vector product updating one column of C (mr x kr of A reused across the columns).
 
+Packed buffers of the resident-C variants are the paper's micro-panels (Fig 4) by default
+(``layout="panels"``): ``PackT_A[i/mr,k,i]`` (Ac as mc/mr panels, each kc x mr) and ``PackT_B[j/nr,k,j]``
+(Bc as nc/nr panels, each kc x nr), so the microkernel streams both operands contiguously.
+``layout="rows"`` keeps the block's row-major order (``PackT_A[k,i]``, ``Pack_B``: Br's rows nc apart),
+the only layout the language had before panels; the "packed" stage of Fig 13 (scalar loops, no register
+tile to align panels to) always uses it.
+
 Where the language is coarser than the paper (said in the report and the final notes of issue 8):
-- Packed buffers keep the block's row-major order (``Pack_B``: kc x nc with n innermost; ``PackT_A[k,i]``:
-  kc x mc with m innermost), not the paper's micro-panels of mr rows / nr columns (Fig 4): the language
-  has no tiled buffer layout, so Br's rows are nc apart instead of nr.
 - Resident A needs A's mr x kr tile contiguous along m; A is not packed in the paper (B3C2A0, C3B2A0), here
   the tile is copied per (pr, ir) step with ``PackT_A[k,i]`` placed at the register level.
 - "Resident" inputs (A or B tiles kept in registers across L6) rely on the C compiler hoisting their
@@ -44,6 +48,7 @@ from kernels.gemm_model import ROLES, Blocking, blocking, levels, register_tile
 
 VARIANTS: tuple[str, ...] = ("B3A2C0", "A3B2C0", "B3C2A0", "A3C2B0", "C3A2B0", "C3B2A0")
 PACKINGS: tuple[str, ...] = ("both", "A", "B", "none")  # Fig 19 (resident C variants)
+LAYOUTS: tuple[str, ...] = ("panels", "rows")  # packed buffers: micro-panels (Fig 4) or row-major blocks
 STAGES: tuple[str, ...] = ("basic", "blocked", "packed", "ukernel", "optimized")  # Fig 13
 # loop order of the three block loops (§2.2 of the notes, the paper's Figs 1-2, 11-12)
 OUTER_ORDER: dict[str, list[str]] = {
@@ -106,7 +111,9 @@ def microkernels(variant: str, target: str, max_mr: int = 16, max_vectors: int =
     ]
 
 
-def variant_scheme(variant: str, p: Params, lanes: int, pack: str = "both", stage: str = "optimized") -> str:
+def variant_scheme(
+    variant: str, p: Params, lanes: int, pack: str = "both", stage: str = "optimized", layout: str = "panels"
+) -> str:
     """The scheme of ``variant`` with blocks (mc, nc, kc) and register tile (mr, nr, kr).
 
     ``pack`` (resident C variants only, Fig 19): which of A and B are packed ("both", "A", "B", "none").
@@ -114,8 +121,11 @@ def variant_scheme(variant: str, p: Params, lanes: int, pack: str = "both", stag
     ``basic`` (three loops i, j, k), ``blocked`` (the five block loops, scalar inner loops, no packing),
     ``packed`` (+ packing), ``ukernel`` (+ the mr x nr micro-tile, unrolled but scalar) and ``optimized``
     (+ vectorization: the variant's scheme). TVM's "prefetch" (cache_read) has no counterpart here.
+    ``layout`` (resident C): packed A and B as micro-panels of mr / nr ("panels") or row-major ("rows").
     """
     res = resident(variant)
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout={layout!r}; allowed: {', '.join(LAYOUTS)}")
     if stage not in STAGES:
         raise ValueError(f"stage={stage!r}; allowed: {', '.join(STAGES)}")
     if stage != "optimized" and res != "C":
@@ -123,7 +133,9 @@ def variant_scheme(variant: str, p: Params, lanes: int, pack: str = "both", stag
     if stage == "basic":
         return "[R_i, R_j, R_k]"
     if stage in ("blocked", "packed", "ukernel"):
-        scheme = variant_scheme(variant, p, lanes, pack if stage != "blocked" else "none")
+        # panels need the register tile's loops; the scalar "packed" stage packs row-major
+        scheme = variant_scheme(variant, p, lanes, pack if stage != "blocked" else "none",
+                                layout=layout if stage == "ukernel" else "rows")  # fmt: skip
         atoms = scheme.strip("[]").split(", ")
         cut = next(n for n, a in enumerate(atoms) if a.startswith("U_"))
         if stage == "ukernel":  # the micro-tile unrolled, scalar (nr elements instead of nr/L vectors)
@@ -147,8 +159,11 @@ def variant_scheme(variant: str, p: Params, lanes: int, pack: str = "both", stag
     pack_a = pack in ("both", "A")
     pack_b = pack in ("both", "B")
     # the packs of each resident kind (same layout: Pack_X; transposed: PackT_X[...])
+    panels = layout == "panels"
+    pack_as = f"PackT_A[i/{p.mr},k,i]" if panels else "PackT_A[k,i]"
+    pack_bs = f"PackT_B[j/{p.nr},k,j]" if panels else "Pack_B"
     packs = {
-        "C": {"A": ["PackT_A[k,i]"] if pack_a else [], "B": ["Pack_B"] if pack_b else []},
+        "C": {"A": [pack_as] if pack_a else [], "B": [pack_bs] if pack_b else []},
         "B": {"A": ["Pack_A"], "C": ["Pack_C"]},
         "A": {"B": ["Pack_B"], "C": ["PackT_C[j,i]"]},
     }[res]
@@ -179,7 +194,9 @@ def variant_scheme(variant: str, p: Params, lanes: int, pack: str = "both", stag
     return "[" + ", ".join(atoms) + "]"
 
 
-def parallel_scheme(variant: str, p: Params, lanes: int, threads: int, size: int, pack: str = "both") -> str:
+def parallel_scheme(
+    variant: str, p: Params, lanes: int, threads: int, size: int, pack: str = "both", layout: str = "panels"
+) -> str:
     """``variant`` with its outermost block loop split across ``threads`` OpenMP threads (``Tpar``; Fig 20).
 
     ``size`` is the extent of that loop's dimension (n for jc in B3A2C0, m for ic in A3B2C0). The language
@@ -201,7 +218,7 @@ def parallel_scheme(variant: str, p: Params, lanes: int, threads: int, size: int
     )
     if not q:
         raise ValueError(f"{variant}: no block of {chunk} // q <= {key}={getattr(p, key)} in whole tiles")
-    text = variant_scheme(variant, dataclasses.replace(p, **{key: chunk // q}), lanes, pack)
+    text = variant_scheme(variant, dataclasses.replace(p, **{key: chunk // q}), lanes, pack, layout=layout)
     head = f"Tpar_{{{threads},{d}}}" + (f", T_{{{q},{d}}}" if q > 1 else "")
     assert text.startswith(f"[R_{d}, ")
     return "[" + head + text[len(f"[R_{d}") :]
@@ -243,6 +260,7 @@ def space_entry(entry: Mapping[str, Any], workload: Workload, target: str) -> li
     - ``scale``: ``{mc: [0.5, 1, 2], ...}`` multiplies the model's blocks (the sweep around the model);
     - ``pack``: ``both`` (default), ``A``, ``B``, ``none`` or a list (Fig 19, resident C variants);
     - ``stage``: ``optimized`` (default) or a list of :data:`STAGES` (Fig 13's generator ladder);
+    - ``layout``: ``panels`` (default) or ``rows`` or a list: the packed buffers' layout (resident C);
     - ``threads``: > 1 splits the outermost block loop across that many threads (:func:`parallel_scheme`,
       Fig 20; resident-C variants; shapes that do not split into whole tiles per thread are skipped).
     """
@@ -268,7 +286,10 @@ def space_entry(entry: Mapping[str, Any], workload: Workload, target: str) -> li
                 )
             )
         stages = _as_list(entry.get("stage", "optimized"))
-        for (mr, nr, kr), pack, stage in product(tiles3, _as_list(entry.get("pack", "both")), stages):
+        layouts = _as_list(entry.get("layout", "panels")) if resident(variant) == "C" else ["panels"]
+        for (mr, nr, kr), pack, stage, layout in product(
+            tiles3, _as_list(entry.get("pack", "both")), stages, layouts
+        ):
             base, _ = model_params(variant, target, workload.size, int(mr), int(nr), int(kr))
             scale = entry.get("scale") or {}
             blocks = {}
@@ -292,11 +313,11 @@ def space_entry(entry: Mapping[str, Any], workload: Workload, target: str) -> li
                 if threads > 1:  # Fig 20: the outermost block loop in parallel
                     size = workload.size["j" if variant == "B3A2C0" else "i"]
                     try:
-                        text = parallel_scheme(variant, p, lanes, threads, size, str(pack))
+                        text = parallel_scheme(variant, p, lanes, threads, size, str(pack), str(layout))
                     except ValueError:
                         continue  # this shape does not split into whole tiles per thread: not expressible
                 else:
-                    text = variant_scheme(variant, p, lanes, str(pack), str(stage))
+                    text = variant_scheme(variant, p, lanes, str(pack), str(stage), str(layout))
                 options = dict(OPTIONS)
                 if (
                     "scale" in entry
@@ -364,19 +385,22 @@ def identify(text: str, lanes: int) -> dict[str, Any] | None:
         (u.get("i", 1) * vec, 1, u.get("k", 1)),  # resident A
     ]
     order = re.findall(r"\bR_(\w)", target)
-    for variant, pack, stage in product(VARIANTS, PACKINGS, STAGES):
+    for variant, pack, stage, layout in product(VARIANTS, PACKINGS, STAGES, LAYOUTS):
         if OUTER_ORDER[variant] != order:  # the block loops' order tells the family member apart
             continue
-        if (pack != "both" or stage != "optimized") and resident(variant) != "C":
+        if (pack != "both" or stage != "optimized" or layout != "panels") and resident(variant) != "C":
             continue
+        if layout == "rows" and (pack == "none" or stage in ("basic", "blocked", "packed")):
+            continue  # the same text as with panels: report it once, as the default
         if stage == "blocked" and pack != "none":  # "blocked" packs nothing whatever pack says
             continue
         for mr, nr, kr in guesses:
             p = Params(blocks["i"], blocks["j"], blocks["k"], max(mr, 1), max(nr, lanes), max(kr, 1))
             try:
-                candidate = variant_scheme(variant, p, lanes, pack, stage)
+                candidate = variant_scheme(variant, p, lanes, pack, stage, layout)
             except ValueError:
                 continue
             if canon(candidate) == target:
-                return {"variant": variant, "pack": pack, "stage": stage, "threads": 1, **vars(p)}
+                info = {"variant": variant, "pack": pack, "stage": stage, "layout": layout, "threads": 1}
+                return {**info, **vars(p)}
     return None

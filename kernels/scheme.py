@@ -67,7 +67,9 @@ class Atom:
     dim: str | None = None
     size: int | None = None
     seq: tuple[tuple[int, int], ...] = ()  # λ_seq: (repetitions, unroll factor) pairs
-    dims: tuple[str, ...] = ()  # ScalP; PackT (the buffer's dimension order, innermost last)
+    # ScalP; PackT: the buffer's dimension order, innermost last; "d/p" splits d into panels of p
+    # (the outer part here, the inner part where d itself is listed: BLIS's micro-panels)
+    dims: tuple[str, ...] = ()
     tensor: str | None = None  # Pack, PackT
     # Tfused_[(d1,a1),(d2,a2)...] is held as one atom per pair (kind Tfused, dim d_k, size a_k), so every
     # per-dimension rule sees it; ``fused`` is the whole pair list and ``part`` the pair's index in it
@@ -352,6 +354,30 @@ def _lambda_bindings(scheme: Scheme) -> list[dict[str, int]]:
     return combos
 
 
+_SPLIT = re.compile(r"^([A-Za-z][A-Za-z0-9]*)\s*/\s*(-?\d+)$")
+
+
+def pack_layout(a: Atom) -> tuple[tuple[str, ...], tuple[str, int] | None]:
+    """A PackT's buffer dimensions without the panel entry, and its panel split (d, p) if it has one:
+    ``PackT_A[i/6,k,i]`` is ``(("k", "i"), ("i", 6))``, A in panels of 6 rows, each k x 6 row-major."""
+    plain, split = [], None
+    for d in a.dims:
+        if m := _SPLIT.match(d):
+            if split is not None:
+                raise SchemeError("pack-split", "a buffer splits at most one dimension into panels", a)
+            split = (m.group(1), int(m.group(2)))
+        else:
+            plain.append(d)
+    if split is not None:
+        d, p = split
+        if p < 1:
+            raise SchemeError("pack-split", f"panel size must be a positive integer, got {p}", a, dim=d)
+        if not plain or plain[-1] != d:
+            why = f"the panel dimension {d} must also be the innermost buffer dimension (…, {d}/{p}, …, {d})"
+            raise SchemeError("pack-split", why, a, dim=d)
+    return tuple(plain), split
+
+
 def _check_pack(
     a: Atom, pos: int, tensors: Mapping[str, tuple[str, ...] | None], stride1: Mapping[str, Sequence[str]]
 ) -> dict[str, list]:
@@ -364,10 +390,14 @@ def _check_pack(
     if axes is None:
         why = f"{a.tensor} has a compound axis (e.g. h*stride + r): pack it without transposition (Pack)"
         raise SchemeError("packt-dims", why, a, pos)
-    if sorted(a.dims) != sorted(axes):
-        why = f"the buffer dimensions {list(a.dims)} must be a permutation of {a.tensor}'s {list(axes)}"
+    try:
+        dims, _ = pack_layout(a)
+    except SchemeError as exc:
+        raise SchemeError(exc.rule, exc.detail, a, pos, exc.dim) from None
+    if sorted(dims) != sorted(axes):
+        why = f"the buffer dimensions {list(dims)} must be a permutation of {a.tensor}'s {list(axes)}"
         raise SchemeError("packt-dims", why, a, pos)
-    innermost = a.dims[-1]
+    innermost = dims[-1]
     return {d: [(t, innermost if t == a.tensor else s1) for t, s1 in uses] for d, uses in stride1.items()}
 
 
@@ -410,7 +440,11 @@ def _analyze(
     sizes = dict(sizes)
     tensors = dict(tensors or {})
     for pos, a in enumerate(scheme):
-        named = a.dims if a.kind in ("ScalP", "PackT") else () if a.kind == "Pack" else (a.dim,)
+        named = (
+            a.dims if a.kind == "ScalP"
+            else tuple(d.split("/")[0].strip() for d in a.dims) if a.kind == "PackT"
+            else () if a.kind == "Pack" else (a.dim,)
+        )  # fmt: skip
         for d in named:
             if d not in dims:
                 raise SchemeError(

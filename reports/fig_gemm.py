@@ -68,7 +68,10 @@ def frame(summary: pd.DataFrame, experiment: str) -> pd.DataFrame:
         if r["candidate_kind"] == "scheme":
             info = identify(text, LANES.get(str(r["target"]), 8)) or {}
             d.update(
-                {k: info.get(k) for k in ("variant", "mr", "nr", "kr", "mc", "nc", "kc", "pack", "stage")}
+                {
+                    k: info.get(k)
+                    for k in ("variant", "mr", "nr", "kr", "mc", "nc", "kc", "pack", "stage", "layout")
+                }
             )
             d["parallel"] = "Tpar_" in text
             blocks = re.search(r"gemm_blocks=([^,)]*)", label)

@@ -466,6 +466,39 @@ def test_packed_kernels_equal_the_reference(tmp_path: Path, shared_cache: Path) 
     )
 
 
+def test_panel_packs_equal_the_reference(tmp_path: Path, shared_cache: Path) -> None:
+    """PackT_X[d/p, ..., d] (BLIS's micro-panels): whole shapes, then blocks and a matrix that no block,
+    panel or tile divides (partial last panels, masked vectors, the remainder switch)."""
+    nr = 2 * L
+    whole = f"[PackT_B[j/{nr},k,j], PackT_A[i/4,k,i], R_j, R_i, R_k, U_{{4,i}}, U_{{2,j}}, V_j]"
+    src = render(scheme(whole), mm(8, 2 * nr, 5))
+    assert "panels of" in src.code
+    blocked = (
+        f"[R_j, Texct_{{{4 * nr},j}}, R_k, Texct_{{40,k}}, PackT_B[j/{nr},k,j], R_i, Texct_{{30,i}}, "
+        f"PackT_A[i/6,k,i], Tvar_{{{4 * nr},j}}, Tvar_{{30,i}}, Tvar_{{40,k}}, U_{{6,i}}, U_{{2,j}}, V_j]"
+    )
+    assert_all_ok([scheme(whole)], mm(8, 2 * nr, 5), tmp_path / "whole", shared_cache)
+    w = mm(101, 5 * nr + 3, 53)
+    assert_all_ok([scheme(blocked, partial="masked")], w, tmp_path / "odd", shared_cache)
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        # a loop inside a panel (step 2 under panels of 4 rows)
+        ("[PackT_A[i/4,k,i], R_i, R_j, R_k, U_{2,i}, V_j]", "steps by 2"),
+        # a tile wider than the panel
+        ("[PackT_A[i/2,k,i], R_i, R_j, R_k, U_{4,i}, V_j]", "past a panel"),
+        ("[R_i, R_j, R_k, PackT_C[j/2,i,j]]", "inputs only"),
+        ("[PackT_A[i/4,k,i], PackT_A[i,k], R_i, R_j, R_k, U_{4,i}, V_j]", "pack it once"),
+    ],
+)
+def test_panel_rules_of_the_generator(text: str, match: str) -> None:
+    with pytest.raises(SchemeError, match=match) as ei:
+        render(scheme(text), mm(8, 2 * L, 4))
+    assert ei.value.rule == "pack-split"
+
+
 @pytest.mark.parametrize(
     ("text", "rule"),
     [
@@ -473,6 +506,9 @@ def test_packed_kernels_equal_the_reference(tmp_path: Path, shared_cache: Path) 
         ("[PackT_A[i,j], R_i, R_j, R_k]", "packt-dims"),
         ("[R_i, R_j, R_k, PackT_B[j,k], V_j]", "V-stride1"),  # the transposed buffer has k innermost
         ("[R_i, R_j, R_k, U_{2,i}, Pack_A]", "unroll-innermost"),
+        ("[PackT_A[i/4,i,k], R_i, R_j, R_k]", "pack-split"),  # the panel dimension must be innermost
+        ("[PackT_A[i/4,k/2,i], R_i, R_j, R_k]", "pack-split"),  # one split at most
+        ("[PackT_A[i/0,k,i], R_i, R_j, R_k]", "pack-split"),
     ],
 )
 def test_pack_rules(text: str, rule: str) -> None:

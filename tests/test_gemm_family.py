@@ -13,6 +13,7 @@ from harness.check import CheckConfig
 from harness.machine import Cache, detect, register_count, vector_lanes
 from kernels.candidate import Workload
 from kernels.gemm_family import (
+    LAYOUTS,
     PACKINGS,
     STAGES,
     VARIANTS,
@@ -77,8 +78,12 @@ def test_model_blocks_compute_the_product(tmp_path: Path, shared_cache: Path) ->
 
 
 def test_packings_compute_the_product(tmp_path: Path, shared_cache: Path) -> None:
-    texts = {variant_scheme("A3B2C0", small_params("A3B2C0"), LANES, pack) for pack in PACKINGS}
-    assert len(texts) == len(PACKINGS)
+    texts = {
+        variant_scheme("A3B2C0", small_params("A3B2C0"), LANES, pack, layout=layout)
+        for pack in PACKINGS
+        for layout in LAYOUTS
+    }
+    assert len(texts) == 2 * len(PACKINGS) - 1  # nothing packed: no layout
     assert_ok(sorted(texts), mm(17, 2 * LANES + 3, 13), tmp_path, shared_cache)
 
 
@@ -117,8 +122,12 @@ def test_variant_structure_follows_the_paper() -> None:
     p = Params(mc=64, nc=4 * LANES, kc=32, mr=4, nr=2 * LANES, kr=4)
     b3a2 = variant_scheme("B3A2C0", p, LANES)
     # Bc packed under jc, pc (before ic opens); Ac packed under ic; C in registers under the kc loop
-    assert b3a2.index("Pack_B") < b3a2.index("R_i") < b3a2.index("PackT_A[k,i]")
+    # (as micro-panels of nr columns / mr rows, Fig 4)
+    pb, pa = f"PackT_B[j/{2 * LANES},k,j]", "PackT_A[i/4,k,i]"
+    assert b3a2.index(pb) < b3a2.index("R_i") < b3a2.index(pa)
     assert b3a2.endswith("Tvar_{32,k}, U_{4,i}, U_{2,j}, V_j]")
+    rows = variant_scheme("B3A2C0", p, LANES, layout="rows")
+    assert rows.index("Pack_B") < rows.index("R_i") < rows.index("PackT_A[k,i]")
     # resident B: L6 runs over rows of C (i) with a kr x nr tile of B; C packed
     a3c2 = variant_scheme("A3C2B0", Params(64, 4 * LANES, 32, 1, 2 * LANES, 4), LANES)
     assert "Pack_C" in a3c2 and a3c2.endswith("Tvar_{64,i}, U_{4,k}, U_{2,j}, V_j]")
@@ -139,6 +148,9 @@ def test_identify_inverts_variant_scheme() -> None:
         assert (info["mc"], info["nc"], info["kc"]) == (40, 6 * LANES, 24)
     info = identify(variant_scheme("A3B2C0", small_params("A3B2C0"), LANES, pack="B"), LANES)
     assert info is not None and (info["variant"], info["pack"], info["mr"]) == ("A3B2C0", "B", 3)
+    assert info["layout"] == "panels"
+    info = identify(variant_scheme("B3A2C0", small_params("B3A2C0"), LANES, layout="rows"), LANES)
+    assert info is not None and (info["variant"], info["layout"]) == ("B3A2C0", "rows")
     assert identify("[R_i, R_k, R_j, V_j]", LANES) is None
 
 

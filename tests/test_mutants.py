@@ -58,14 +58,15 @@ NEW_ON = {
     "wrong_loop_step": ("matmul_texct",),
     "duplicate_update": ("matmul_lambda",),
     "packt_wrong_shuffle": ("matmul_packt",),
+    "panel_copy_short": ("matmul_panels",),
 }
 ALL_KERNELS = tuple(BY_LABEL)
 APPLIES_TO = {
     **{n: ALL_KERNELS for n in ORIGINAL},
     # A's PackT buffer is addressed as `64 * (k_0 - (0))`: no plain `N * var` term to shrink
-    "wrong_input_stride": tuple(k for k in ALL_KERNELS if k != "matmul_packt"),
+    "wrong_input_stride": tuple(k for k in ALL_KERNELS if k not in ("matmul_packt", "matmul_panels")),
     "one_point_edge": ALL_KERNELS,
-    "tvar_min_wrong_base": ("matmul_texct",),
+    "tvar_min_wrong_base": ("matmul_texct", "matmul_panels"),
     "lambda_seq_wrong_offset": ("matmul_lambda",),
     "strided_input_halo": ("conv_s2_muladd",),
     "drop_unrolled_reduction_step": ("conv_s2_muladd", "matmul_lambda"),
@@ -76,6 +77,7 @@ APPLIES_TO = {
     "wrong_loop_step": ALL_KERNELS,
     "duplicate_update": ALL_KERNELS,
     "packt_wrong_shuffle": ("matmul_packt",),  # the in-register transpose of a PackT
+    "panel_copy_short": ("matmul_panels",),  # a PackT_X[d/p,...] copy
 }
 PAIRS = [(n, k) for n in ORIGINAL for k in ORIGINAL_KERNELS] + [
     (n, k) for n, ks in NEW_ON.items() for k in ks
@@ -281,7 +283,7 @@ def test_scalar_forms_and_what_a_naive_kernel_cannot_host() -> None:
     cannot = {"wrong_input_offset", "store_wrong_offset", "wrong_broadcast", "fma_wrong_accumulator",
               "add_wrong_operand", "tvar_min_wrong_base", "lambda_seq_wrong_offset", "strided_input_halo",
               "drop_unrolled_reduction_step", "vector_store_shifted", "lost_update_race",
-              "mask_one_lane_short", "packt_wrong_shuffle"}  # fmt: skip
+              "mask_one_lane_short", "packt_wrong_shuffle", "panel_copy_short"}  # fmt: skip
     for name in MUTANTS:
         if name in cannot:
             with pytest.raises(MutationError):
