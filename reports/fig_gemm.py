@@ -241,12 +241,15 @@ def fig16(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
         if len(measured_rows):
             holds.append(n_won / max(n_layers, 1) >= 0.5)
         share = n_won / n_layers if n_layers else float("nan")
+        counts = ours.groupby("workload")["text"].nunique()  # microkernels measured per layer type
+        tried = f"{counts.min()}" if counts.min() == counts.max() else f"{counts.min()}-{counts.max()}"
         figures.append(
             _paper(
                 name,
                 fp,
                 part,
-                measured=f"best mr x nr at or above the best library on {n_won} of {n_layers} layers "
+                measured=f"best of {tried} mr x nr at or above the best library on {n_won} of {n_layers} "
+                f"layers "
                 f"({len(won)} of {len(measured_rows)} types); median ratio "
                 f"{measured_rows['ratio'].median():.2f}; "
                 f"winning kernels: {', '.join(sorted(set(table['kernel'])))}{network}",
