@@ -49,12 +49,20 @@ def test_another_process_on_the_pinned_core_is_seen() -> None:
 
 
 def test_a_child_on_the_core_is_not_counted_as_another_process() -> None:
+    """A spinning child of ours would read as ~100% "other" every time if it were counted; the other
+    test worker's bursts on this core are real "other" load that comes and goes, so a few attempts."""
     cpu = max(os.sched_getaffinity(0))
-    with CoreWatch(cpu) as background:  # whatever else this machine runs (a busy CI host is not our child)
-        time.sleep(1)
-    with CoreWatch(cpu) as watch:
-        subprocess.run(spin(cpu, 1), check=True)
-    assert watch.other_pct < background.other_pct + 30, (watch.other_pct, background.other_pct)
+    seen = []
+    for _ in range(3):
+        with CoreWatch(cpu) as background:  # whatever else runs here (a busy CI host is not our child)
+            time.sleep(1)
+        with CoreWatch(cpu) as watch:
+            subprocess.run(spin(cpu, 1), check=True)
+        seen.append((watch.other_pct, background.other_pct))
+        if watch.other_pct < background.other_pct + 30:
+            break
+    else:
+        raise AssertionError(f"(child as other %, background %) per attempt: {seen}")
 
 
 def test_a_calibration_under_load_flags_every_row() -> None:
