@@ -380,7 +380,7 @@ class _Gen:
             plain, split = pack_layout(a)
             order = [acc.dims().index(d) for d in plain]
             if split is not None:
-                self.emit_panel_pack(pos, n, order, split, env, binding)
+                self.emit_panel_pack(pos, n, order, split, nominal, env, binding)
                 return
 
         def extent(axis: int, ext: Mapping[str, int | str]) -> int | str:
@@ -394,13 +394,8 @@ class _Gen:
         strides = [0] * len(acc.axes)
         for pos_in_buf, ax in enumerate(order):
             strides[ax] = buf_strides[pos_in_buf]
-        buf = f"buf{self.counters.get('#buf', 0)}"
-        self.counters["#buf"] = self.counters.get("#buf", 0) + 1
         total = buf_strides[0] * sizes[0]  # type: ignore[operator]
-        self.line(f"{{  /* {a.text()}: {' x '.join(map(str, sizes))} floats */")
-        self.depth += 1
-        self.line(f"float *restrict {buf} = {self.ws_base} + {self.workspace_floats};")
-        self.workspace_floats += -(-total // 16) * 16  # type: ignore[operator]  # 64-byte aligned buffers
+        buf = self.open_buffer(f"{a.text()}: {' x '.join(map(str, sizes))} floats", total)  # type: ignore[arg-type]
         bases = {d: b for d, (b, _) in env.items()}
         origin = {d: bases[d] for d in acc.dims()}
         loops = [f"pq{n}_{k}" for k in range(len(order))]
@@ -451,12 +446,24 @@ class _Gen:
         self.depth -= 1
         self.line("}")
 
+    def open_buffer(self, comment: str, floats: int) -> str:
+        """Open a block holding the next workspace buffer of ``floats`` floats (64-byte aligned buffers,
+        one after the other) and return its name; the caller closes the block."""
+        buf = f"buf{self.counters.get('#buf', 0)}"
+        self.counters["#buf"] = self.counters.get("#buf", 0) + 1
+        self.line(f"{{  /* {comment} */")
+        self.depth += 1
+        self.line(f"float *restrict {buf} = {self.ws_base} + {self.workspace_floats};")
+        self.workspace_floats += -(-floats // 16) * 16
+        return buf
+
     def emit_panel_pack(
         self,
         pos: int,
         n: int,
         order: list[int],
         split: tuple[str, int],
+        nominal: Mapping[str, int],
         env: dict[str, tuple[str, int | str]],
         binding: dict[str, int],
     ) -> None:
@@ -470,10 +477,9 @@ class _Gen:
         if n == 0:
             why = f"the output {a.tensor} cannot be packed in panels (inputs only)"
             raise SchemeError("pack-split", why, a, pos, d)
-        if any(len(ax) != 1 or ax[0][1] != 1 for ax in acc.axes):
+        if not _plain_axes(acc):
             raise SchemeError("pack-split", f"{a.tensor} has a compound axis: no panels", a, pos, d)
         ax_d = acc.dims().index(d)
-        nominal = {x: e if isinstance(e, int) else self.nominal[e] for x, (_, e) in env.items()}
         actual = {x: e for x, (_, e) in env.items()}
         sizes = [nominal[acc.dims()[ax]] for ax in order]
         sizes[-1] = p  # the panel's own extent along d
@@ -484,13 +490,8 @@ class _Gen:
         for k, ax in enumerate(order):
             strides[ax] = inner_strides[ax] = inner[k]
         strides[ax_d] = per_panel // p  # d moves by whole panels: p elements = one panel
-        buf = f"buf{self.counters.get('#buf', 0)}"
-        self.counters["#buf"] = self.counters.get("#buf", 0) + 1
-        total = panels * per_panel
-        self.line(f"{{  /* {a.text()}: {panels} panels of {' x '.join(map(str, sizes))} floats */")
-        self.depth += 1
-        self.line(f"float *restrict {buf} = {self.ws_base} + {self.workspace_floats};")
-        self.workspace_floats += -(-total // 16) * 16
+        buf = self.open_buffer(f"{a.text()}: {panels} panels of {' x '.join(map(str, sizes))} floats",
+                               panels * per_panel)  # fmt: skip
         bases = {x: b for x, (b, _) in env.items()}
         v_out, v_in = f"pp{n}", f"pq{n}_{d}"
         ext_d = actual[d]
