@@ -57,6 +57,7 @@ SUMMARY_COLUMNS: list[str] = [
     "pct_peak_median_ci_low",
     "pct_peak_median_ci_high",
     "cov",
+    "round_medians_ns",
 ]
 
 #: Summary columns that are NaN unless the unit is ok.
@@ -109,6 +110,31 @@ def _group_status(statuses: pd.Series) -> str:
 def _pooled_times(rows: pd.DataFrame) -> np.ndarray:
     arrays = [np.asarray(t, dtype=float) for t in rows["times_ns"] if t is not None and len(t)]
     return np.concatenate(arrays) if arrays else np.array([], dtype=float)
+
+
+def _pooled_rounds(rows: pd.DataFrame) -> list[float]:
+    """Median time of every timing round of a unit's ok rows, row after row (a row stored before rounds
+    existed counts as one round)."""
+    out: list[float] = []
+    for _, r in rows[rows["status"] == "ok"].iterrows():
+        medians = r.get("round_medians_ns")
+        if medians is not None and len(medians):
+            out += [float(t) for t in medians]
+        elif r["times_ns"] is not None and len(r["times_ns"]):
+            out.append(float(np.median(np.asarray(r["times_ns"], dtype=float))))
+    return out
+
+
+def round_ratio(rounds_a: object, rounds_b: object) -> tuple[float, float, float]:
+    """Speed of A over speed of B round by round (B's time / A's time, rounds paired in order): (median,
+    min, max) over the rounds. Rounds of one run are interleaved, so a slow minute of the host slows both
+    sides of a pair; NaNs when the two were not timed in the same number of rounds."""
+    a = np.asarray(rounds_a if rounds_a is not None else [], dtype=float)
+    b = np.asarray(rounds_b if rounds_b is not None else [], dtype=float)
+    if a.size == 0 or a.size != b.size:
+        return math.nan, math.nan, math.nan
+    ratios = b / a
+    return float(np.median(ratios)), float(ratios.min()), float(ratios.max())
 
 
 def _flags(rows: pd.DataFrame) -> list[str]:
@@ -185,6 +211,7 @@ def summarize(df: pd.DataFrame) -> pd.DataFrame:
                 median_ci_low_ns=lo,
                 median_ci_high_ns=hi,
                 cov=float(np.std(times, ddof=1) / np.mean(times)) if times.size > 1 else math.nan,
+                round_medians_ns=_pooled_rounds(rows),
             )
             if flops is not None and not pd.isna(flops):
                 f = float(flops)

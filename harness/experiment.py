@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from harness import machine as machine_mod
 from harness import store
 from harness.build import BuildResult, CompilerConfig, build_many
@@ -164,17 +166,26 @@ def peak_for(peaks: dict[str, dict[str, Any]], target: str, m: machine_mod.Machi
     return float(value) if value else None
 
 
+def _row_id(exp: Experiment, cand: Candidate, m: machine_mod.Machine) -> str:
+    return store.row_id(exp.name, cand.key, exp.workload.name, exp.timing.mode, exp.seed, m.fingerprint)
+
+
 def run_experiment(
     exp: Experiment, progress: Callable[[str], None] | None = None, machine: machine_mod.Machine | None = None
 ) -> list[dict[str, Any]]:
     """Measure every candidate not yet stored; returns the rows written (skipped ones are not re-run)."""
     m = machine or machine_mod.detect()
     say = progress or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    if exp.search is not None and exp.timing.rounds > 1:
+        raise ValueError(
+            "timing.rounds > 1 re-times a fixed candidate list in interleaved passes; a search measures "
+            "candidates as it proposes them: use timing.rounds=1 with search"
+        )
     strategy = _make_search(exp, m) if exp.search is not None else None  # bad search input fails first
     peaks = calibrate(m, cache_dir=exp.cache_dir)
     todo: list[tuple[Candidate, str]] = []
     for cand in exp.candidates:
-        rid = store.row_id(exp.name, cand.key, exp.workload.name, exp.timing.mode, exp.seed, m.fingerprint)
+        rid = _row_id(exp, cand, m)
         if not store.has_row(exp.results_dir, exp.name, rid):
             todo.append((cand, rid))
     skipped = len(exp.candidates) - len(todo)
@@ -191,7 +202,10 @@ def run_experiment(
     tensors = make_tensors(exp.workload, exp.seed, exp.check)
     if strategy is not None:
         return _run_search(exp, m, peaks, tensors, exp_flags, say, todo, strategy)
-    return _measure_batch(exp, m, peaks, tensors, exp_flags, say, [c for c, _ in todo], time.monotonic())
+    rows = _measure_batch(exp, m, peaks, tensors, exp_flags, say, [c for c, _ in todo], time.monotonic())
+    if exp.timing.rounds > 1:
+        rows = _interleaved_rounds(exp, m, tensors, say, rows)
+    return rows
 
 
 def _measure_batch(
@@ -362,11 +376,7 @@ def _measure(
         row["status"] = "unsupported"
         row["reason"] = f"this CPU ({m.model_name}) cannot execute {src.target}; compiled only"
         return
-    cpus = cpus_for(exp.timing)
-    with CoreWatch(cpus) as watch:
-        res = run_kernel(
-            built.so_path, tensors, src.workspace_bytes, exp.timing, exp.counters, exp.limits, exp.cache_dir
-        )
+    res, failure, other_pct = _run_checked(exp, src, built, tensors, row)
     row.update(
         counter_backend=res.counter_backend,
         counters_unavailable=json.dumps(res.counters_unavailable),
@@ -376,20 +386,109 @@ def _measure(
     )
     if exp.timing.mode != "hot":
         row["cold_method"] = res.cold_method
-    if res.status != "ok" or res.output is None:
-        row["status"], row["reason"] = res.status, res.reason
+    if failure is not None:
+        row["status"], row["reason"] = failure
         return
+    row["status"] = "ok"
+    row["counters"] = json.dumps(res.counters)
+    row.update(store.perf_fields([float(t) for t in res.times_ns], exp.workload.flops, row["peak_gflops"]))
+    row["flags"] = json.dumps(row_flags(exp.sanity, row["cov"], other_pct))
+
+
+def _run_checked(
+    exp: Experiment, src: KernelSource, built: BuildResult, tensors: Sequence[Any], row: dict[str, Any]
+) -> tuple[Any, tuple[str, str] | None, float]:
+    """Time the built kernel on its pinned CPUs and check its output: (run result, (status, reason) if
+    it failed or computed a wrong result, % of the pinned CPUs other processes used meanwhile).
+    The check columns of ``row`` are filled whenever an output came back."""
+    assert built.so_path is not None
+    with CoreWatch(cpus_for(exp.timing)) as watch:
+        res = run_kernel(
+            built.so_path, tensors, src.workspace_bytes, exp.timing, exp.counters, exp.limits, exp.cache_dir
+        )
+    if res.status != "ok" or res.output is None:
+        return res, (res.status, res.reason), watch.other_pct
     chk = check_output(exp.workload, list(tensors), res.output, exp.check, exp.seed)
     row.update(
         check_mode=chk.mode, check_points=chk.points, check_max_err=chk.max_err, check_passed=chk.passed,
     )  # fmt: skip
     if not chk.passed:
-        row["status"] = "wrong"
-        row["reason"] = (
-            f"{chk.n_bad}/{chk.points} points off (max rel. err {chk.max_err:.3g}, first at {chk.first_bad})"
-        )
+        why = f"{chk.n_bad}/{chk.points} points off (max rel. err {chk.max_err:.3g}, first at "
+        why += f"{chk.first_bad})"
+        return res, ("wrong", why), watch.other_pct
+    return res, None, watch.other_pct
+
+
+def _rounds_of(row: dict[str, Any]) -> int:
+    return len(row.get("round_medians_ns") or [None])  # rows stored before rounds existed: one round
+
+
+def _interleaved_rounds(
+    exp: Experiment,
+    m: machine_mod.Machine,
+    tensors: Sequence[Any],
+    say: Callable[[str], None],
+    fresh: list[dict[str, Any]],
+) -> list[dict[str, Any]]:
+    """Rounds 2..``timing.rounds``: every ok candidate of the experiment is timed (and checked) once more
+    per round, the order rotated from round to round, and its row rewritten with the pooled times. Rows
+    just measured and stored ones with fewer rounds (an interrupted or shorter earlier run) are topped
+    up; a row whose generated source has changed since is left as it is. Returns the rows rewritten or
+    written."""
+    want = exp.timing.rounds
+    by_key = {r["candidate_key"]: r for r in fresh}
+    units: list[tuple[Candidate, dict[str, Any]]] = []
+    for cand in exp.candidates:
+        row = by_key.get(cand.key)
+        if row is None:
+            row = store.read_row(exp.results_dir, exp.name, _row_id(exp, cand, m))
+        if row is not None and row["status"] == "ok" and _rounds_of(row) < want:
+            units.append((cand, row))
+    if not units:
+        return fresh
+    sources = [render(c, exp.workload) for c, _ in units]
+    builds = build_many(sources, exp.compiler, exp.cache_dir / "so")
+    work = []
+    for (cand, row), src, built in zip(units, sources, builds, strict=True):
+        if src.source_hash != row["source_hash"] or not built.ok:
+            say(f"[{exp.name}] {cand.label()}: generated source changed since it was measured, not re-timed")
+        else:
+            work.append((cand, row, src, built))
+    total = sum(want - _rounds_of(row) for _, row, _, _ in work)
+    start, n = time.monotonic(), 0
+    for r in range(1, want):
+        due = [u for u in work if _rounds_of(u[1]) == r and u[1]["status"] == "ok"]
+        shift = r * len(due) // want  # each round starts elsewhere in the list
+        for cand, row, src, built in due[shift:] + due[:shift]:
+            _one_more_round(exp, src, built, tensors, row)
+            store.write_row(exp.results_dir, row)
+            n += 1
+            elapsed = time.monotonic() - start
+            say(
+                f"[{exp.name}] round {r + 1}/{want} {n}/{total} elapsed {elapsed:.0f}s "
+                f"ETA {elapsed / n * (total - n):.0f}s | {cand.label()}: {row['status']}"
+            )
+    rewritten = {r["candidate_key"]: r for _, r, _, _ in work}
+    return [rewritten.pop(r["candidate_key"], r) for r in fresh] + list(rewritten.values())
+
+
+def _one_more_round(
+    exp: Experiment, src: KernelSource, built: BuildResult, tensors: Sequence[Any], row: dict[str, Any]
+) -> None:
+    """Time ``row``'s kernel once more and pool the times; a failure or wrong result in any round makes
+    the row fail (a kernel that is only sometimes right, e.g. a data race, is wrong)."""
+    k = _rounds_of(row) + 1
+    res, failure, other_pct = _run_checked(exp, src, built, tensors, row)
+    if failure is not None:
+        row.update(dict.fromkeys(store.PERF_COLUMNS))
+        row["status"], row["reason"] = failure[0], f"timing round {k}: {failure[1]}"
         return
-    row["status"] = "ok"
-    row["counters"] = json.dumps(res.counters)
-    row.update(store.perf_fields([float(t) for t in res.times_ns], exp.workload.flops, row["peak_gflops"]))
-    row["flags"] = json.dumps(row_flags(exp.sanity, row["cov"], watch.other_pct))
+    new = [float(t) for t in res.times_ns]
+    medians = [*(row.get("round_medians_ns") or [float(np.median(row["times_ns"]))]), float(np.median(new))]
+    row.update(
+        store.perf_fields([*row["times_ns"], *new], exp.workload.flops, row["peak_gflops"], None, medians)
+    )
+    old = json.loads(row["counters"] or "{}")
+    row["counters"] = json.dumps({e: [*old.get(e, []), *v] for e, v in res.counters.items()})
+    kept = [f for f in json.loads(row["flags"]) if not f.startswith("noisy:")]  # the CoV is recomputed
+    row["flags"] = json.dumps(list(dict.fromkeys(kept + row_flags(exp.sanity, row["cov"], other_pct))))

@@ -46,10 +46,16 @@ class TimingConfig:
     # calls per timed sample, back to back after one eviction (cold/fresh): a batch of images, as seed
     # 001 times; the sample's time is divided by it
     batch: int = 1
+    # passes over an experiment's candidates (pyperf's several processes): round r times every candidate
+    # once more, in a rotated order, so a drift of the host during the experiment shows up as dispersion
+    # and as per-round ratios (harness.analysis.round_ratio) instead of biasing whoever ran in a slow minute
+    rounds: int = 1
 
     def __post_init__(self) -> None:
         if self.batch < 1:
             raise ValueError(f"timing.batch must be >= 1, got {self.batch}")
+        if self.rounds < 1:
+            raise ValueError(f"timing.rounds must be >= 1, got {self.rounds}")
 
     cpu: int | None = None  # None: the last CPU this process may use (CPU 0 takes most interrupts)
     # OpenMP threads of a parallel kernel (Tpar/Tfused); > 1 runs on that many CPUs (cpus_for), 1 keeps

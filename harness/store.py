@@ -97,6 +97,10 @@ COLUMNS: OrderedDict[str, tuple[pa.DataType, str]] = OrderedDict(
         ("cpus", (STR, "CPUs the kernel ran on, JSON list")),
         ("timing_batch", (I64, "kernel calls per timed sample (a batch, as seed 001); times are per call")),
         ("impl", (STR, "implementation a library reported choosing (e.g. oneDNN's jit:avx2); empty if none")),
+        (
+            "round_medians_ns",
+            (pa.list_(F64), "median time of each interleaved timing round (timing.rounds), in round order"),
+        ),
     ]
 )
 
@@ -113,6 +117,7 @@ OPTIONAL_COLUMNS: dict[str, Any] = {
     "cpus": None,
     "timing_batch": None,
     "impl": None,
+    "round_medians_ns": None,
 }
 
 #: Arrow schema of a row file; field metadata carries the descriptions.
@@ -137,6 +142,7 @@ PERF_COLUMNS: tuple[str, ...] = (
     "gflops_median",
     "pct_peak_min",
     "pct_peak_median",
+    "round_medians_ns",
 )
 
 JSON_COLUMNS: tuple[str, ...] = (
@@ -198,11 +204,16 @@ def row_id(
 
 
 def perf_fields(
-    times_ns: list[float], flops: int, peak_gflops: float | None, rel_ci: float | None = None
+    times_ns: list[float],
+    flops: int,
+    peak_gflops: float | None,
+    rel_ci: float | None = None,
+    round_medians_ns: list[float] | None = None,
 ) -> dict[str, Any]:
     """Derived timing columns of an ok row, so every producer computes them the same way.
 
     GFLOP/s is flops per nanosecond; % of peak is against the calibrated peak of the ISA used.
+    ``round_medians_ns``: the median of each interleaved timing round (None: the times are one round).
     """
     times = pd.Series(times_ns, dtype="float64")
     if times.empty or not (times > 0).all():
@@ -223,6 +234,7 @@ def perf_fields(
         "gflops_median": gmed,
         "pct_peak_min": 100.0 * gmin / peak if peak else None,
         "pct_peak_median": 100.0 * gmed / peak if peak else None,
+        "round_medians_ns": [float(t) for t in round_medians_ns] if round_medians_ns else [tmed],
     }
 
 
@@ -350,6 +362,15 @@ def _fsync_dir(path: Path) -> None:
         pass
     finally:
         os.close(dfd)
+
+
+def read_row(results_dir: Path, experiment: str, rid: str) -> dict[str, Any] | None:
+    """The stored row ``rid`` as a dict of Python values (lists stay lists), or None if absent."""
+    path = row_path(results_dir, experiment, rid)
+    if not path.exists():
+        return None
+    rows = pq.read_table(path).to_pylist()
+    return rows[0] if rows else None
 
 
 def has_row(results_dir: Path, experiment: str, row_id: str) -> bool:

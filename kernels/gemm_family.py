@@ -263,6 +263,8 @@ def space_entry(entry: Mapping[str, Any], workload: Workload, target: str) -> li
     - ``layout``: ``panels`` (default) or ``rows`` or a list: the packed buffers' layout (resident C);
     - ``threads``: > 1 splits the outermost block loop across that many threads (:func:`parallel_scheme`,
       Fig 20; resident-C variants; shapes that do not split into whole tiles per thread are skipped).
+    - ``allow_spill``: true measures register tiles the vector registers cannot hold (an error otherwise:
+      such a tile spills its accumulators, which is not the microkernel the paper's Fig 16 describes).
     """
     if workload.op.name != "matmul":
         raise ValueError(f"gemm_variant entries need the matmul operator, not {workload.op.name}")
@@ -285,6 +287,14 @@ def space_entry(entry: Mapping[str, Any], workload: Workload, target: str) -> li
                     _as_list(entry.get("kr", dkr)),
                 )
             )
+        if not entry.get("allow_spill", False):
+            for mr, nr, kr in tiles3:
+                need = registers_needed(variant, int(mr), int(nr), int(kr), lanes)
+                if need > register_count(target):
+                    raise ValueError(
+                        f"{variant} tile {mr}x{nr} (kr={kr}) needs {need} vector registers, {target} has "
+                        f"{register_count(target)}: it would spill (allow_spill: true measures it anyway)"
+                    )
         stages = _as_list(entry.get("stage", "optimized"))
         layouts = _as_list(entry.get("layout", "panels")) if resident(variant) == "C" else ["panels"]
         for (mr, nr, kr), pack, stage, layout in product(

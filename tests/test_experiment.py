@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from harness import experiment as exp_mod
@@ -135,3 +137,66 @@ def test_unknown_library_renders_as_unsupported_and_a_bad_scheme_as_error() -> N
 def test_without_a_search_the_space_list_is_measured_as_before() -> None:
     e = exp_mod.Experiment("x", Workload.make("m", "matmul", {"i": 2, "j": 8, "k": 2}), [])
     assert e.search is None and e.space == {} and e.base_options == {}
+
+
+# -- interleaved timing rounds ----------------------------------------------------------------------------
+def _rounds_exp(tmp_path: Path, cache: Path, rounds: int, cands: list[Candidate] | None = None):
+    w = Workload.make("mm", "matmul", {"i": 16, "j": 16, "k": 8})
+    timing = dataclasses.replace(FAST_TIMING, min_reps=3, max_reps=3, rounds=rounds)
+    cands = cands or [scheme(GOOD), scheme("[R_i, R_k, R_j]")]
+    return exp_mod.Experiment("rounds", w, cands, timing=timing, results_dir=tmp_path, cache_root=cache)
+
+
+def test_rounds_pool_every_pass_and_keep_each_round_median(tmp_path: Path, shared_cache: Path) -> None:
+    rows = exp_mod.run_experiment(_rounds_exp(tmp_path, shared_cache, 3), progress=lambda _m: None)
+    assert len(rows) == 2
+    for row in store.load(tmp_path, "rounds").to_dict("records"):
+        times = np.asarray(row["times_ns"], dtype=float)
+        assert row["status"] == "ok" and row["n_reps"] == 9 == times.size
+        medians = [float(np.median(times[i * 3 : (i + 1) * 3])) for i in range(3)]
+        assert list(row["round_medians_ns"]) == pytest.approx(medians)
+        assert row["median_ns"] == pytest.approx(float(np.median(times)))
+
+
+def test_a_rerun_with_more_rounds_tops_up_the_stored_rows(tmp_path: Path, shared_cache: Path) -> None:
+    say: list[str] = []
+    exp_mod.run_experiment(_rounds_exp(tmp_path, shared_cache, 1), progress=say.append)
+    first = store.load(tmp_path, "rounds")
+    assert all(len(r) == 1 for r in first["round_medians_ns"])
+    rows = exp_mod.run_experiment(_rounds_exp(tmp_path, shared_cache, 2), progress=say.append)
+    assert len(rows) == 2 and any("round 2/2" in m for m in say)
+    again = store.load(tmp_path, "rounds")
+    assert all(len(r) == 2 for r in again["round_medians_ns"]) and (again["n_reps"] == 6).all()
+    # the first round's times are kept, not replaced
+    for key, times in zip(first["candidate_key"], first["times_ns"], strict=True):
+        new = again.loc[again["candidate_key"] == key, "times_ns"].iloc[0]
+        assert list(new[:3]) == list(times)
+
+
+def test_a_wrong_result_in_a_later_round_makes_the_row_wrong(
+    tmp_path: Path, shared_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real, calls = exp_mod.check_output, []
+
+    def flaky(*args, **kwargs):  # the second check of the run (round 2 of the first candidate) fails
+        res = real(*args, **kwargs)
+        calls.append(1)
+        return dataclasses.replace(res, passed=False, n_bad=1) if len(calls) == 3 else res
+
+    monkeypatch.setattr(exp_mod, "check_output", flaky)
+    rows = exp_mod.run_experiment(_rounds_exp(tmp_path, shared_cache, 2), progress=lambda _m: None)
+    statuses = sorted(r["status"] for r in rows)
+    assert statuses == ["ok", "wrong"]
+    bad = next(r for r in rows if r["status"] == "wrong")
+    assert bad["reason"].startswith("timing round 2:") and bad["median_ns"] is None
+    stored = store.load(tmp_path, "rounds")
+    assert stored.loc[stored["status"] == "wrong", "times_ns"].isna().all()
+
+
+def test_rounds_are_refused_with_a_search(tmp_path: Path) -> None:
+    from harness.search import SearchConfig
+
+    e = _rounds_exp(tmp_path, tmp_path, 2)
+    e.search = SearchConfig(strategy="random", budget=2)
+    with pytest.raises(ValueError, match="timing.rounds"):
+        exp_mod.run_experiment(e, progress=lambda _m: None)

@@ -301,6 +301,15 @@ def test_space_configs_compose() -> None:
     assert {identify(c.text, LANES)["stage"] for c in ablation} == set(STAGES)  # type: ignore[index]
 
 
+def test_a_listed_tile_that_would_spill_is_refused_unless_allowed() -> None:
+    w = Workload.make("mm", "matmul", {"i": 64, "j": 96, "k": 32})
+    entry = {"gemm_variant": "B3A2C0", "microkernels": [[4, 16], [3, 32]]}  # 3x32: 3*4 + 4 + 1 = 17
+    with pytest.raises(ValueError, match=r"3x32 .*needs 17 vector registers, avx2 has 16"):
+        space_entry(entry, w, "avx2")
+    assert len(space_entry({**entry, "allow_spill": True}, w, "avx2")) == 2
+    assert len(space_entry({**entry, "microkernels": [[4, 16]]}, w, "avx2")) == 1
+
+
 def test_space_entry_rejects_other_operators() -> None:
     conv = Workload.make("cv", "conv2d", {"h": 2, "w": 2, "k": 8, "c": 2, "r": 1, "s": 1})
     with pytest.raises(ValueError, match="matmul"):
@@ -403,6 +412,24 @@ def test_headline_compares_squares_and_layers_with_the_libraries(tmp_path: Path)
         ("gemm_square_512", "baseline", "openblas", 48.0),
     ]), tmp_path, "gemm_headline")  # fmt: skip
     assert fig.verdict == "differs" and slow
+
+
+def test_headline_pairs_interleaved_rounds(tmp_path: Path) -> None:
+    rows = fig_rows("gemm_family", [
+        ("gemm_rn50_t02_b1", "scheme", scheme_label("A3B2C0", 6, 16), 40.0),
+        ("gemm_rn50_t02_b1", "baseline", "openblas", 39.0),
+    ])  # fmt: skip
+    from tests.test_report import FLOPS
+
+    # ours was timed while the host was slow in round 2, the library in a fast round: paired by round,
+    # ours is ahead in round 1 (x1.10) and behind in round 2 (x0.95)
+    rows[0]["round_medians_ns"] = [FLOPS / 44.0, FLOPS / 38.0]
+    rows[1]["round_medians_ns"] = [FLOPS / 40.0, FLOPS / 40.0]
+    (fig,) = figures_of(rows, tmp_path, "gemm_headline")
+    (line,) = [r for r in fig.table if "ratio min" in r]
+    assert line["rounds"] == 2
+    assert (line["ratio min"], line["ratio max"]) == pytest.approx((0.95, 1.1), abs=1e-3)
+    assert "2-2 interleaved rounds" in fig.measured and "on 1 the rounds disagree" in fig.measured
 
 
 def test_fig13_ladder_and_fig19_packing_and_fig20_parallel(tmp_path: Path) -> None:

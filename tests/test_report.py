@@ -246,3 +246,18 @@ def test_same_label_different_targets_are_told_apart() -> None:
     names = report._display_labels(analysis.summarize(frame([a, b])))
     assert names[("exp1", "ka")] != names[("exp1", "kb")]
     assert names[("exp1", "kb")].endswith("[avx2]")
+
+
+def test_round_ratio_pairs_rounds_in_order_and_summary_keeps_them() -> None:
+    # A is 2x faster than B in every round although both slow down by x3 in round 2: the paired ratio
+    # sees 2.0 throughout, where pooled medians would mix the slow round into both
+    assert analysis.round_ratio([100.0, 300.0], [200.0, 600.0]) == (2.0, 2.0, 2.0)
+    med, lo, hi = analysis.round_ratio([100.0, 100.0, 100.0], [90.0, 110.0, 130.0])
+    assert (med, lo, hi) == pytest.approx((1.1, 0.9, 1.3))
+    assert all(np.isnan(analysis.round_ratio([1.0], [1.0, 2.0])))  # not timed alike: no pairing
+    old = make_row(candidate="old", times=[100.0, 110.0, 120.0])  # stored before rounds: one round
+    new = make_row(candidate="new", times=[100.0, 110.0, 300.0, 310.0])
+    new["round_medians_ns"] = [105.0, 305.0]
+    s = analysis.summarize(frame([old, new])).set_index("candidate_key")
+    assert list(s.loc["old", "round_medians_ns"]) == [110.0]
+    assert list(s.loc["new", "round_medians_ns"]) == [105.0, 305.0]
