@@ -173,7 +173,8 @@ def _row_id(exp: Experiment, cand: Candidate, m: machine_mod.Machine) -> str:
 def run_experiment(
     exp: Experiment, progress: Callable[[str], None] | None = None, machine: machine_mod.Machine | None = None
 ) -> list[dict[str, Any]]:
-    """Measure every candidate not yet stored; returns the rows written (skipped ones are not re-run)."""
+    """Measure every candidate not yet stored; returns the rows written (skipped ones are not re-run, except
+    that stored rows with fewer than ``timing.rounds`` rounds get the missing rounds)."""
     m = machine or machine_mod.detect()
     say = progress or (lambda msg: print(msg, file=sys.stderr, flush=True))
     if exp.search is not None and exp.timing.rounds > 1:
