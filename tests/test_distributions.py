@@ -130,6 +130,18 @@ def test_fig6_3_verdict_follows_the_comparison_with_onednn(tmp_path) -> None:  #
     assert "2/2 layers" in f.measured
 
 
+def test_search_throughput_leaves_out_a_stop_and_resume() -> None:
+    import pandas as pd
+
+    from reports.fig_conv_dse import _rate_per_minute
+
+    # 4 rows 10 s apart, a 3-hour pause (the run resumed in a later session), 2 more rows 10 s apart
+    hms = ("10:00:00", "10:00:10", "10:00:20", "10:00:30", "13:00:30", "13:00:40")
+    t = pd.to_datetime([f"2026-01-01 {x}" for x in hms])
+    assert _rate_per_minute(pd.Series(t)) == pytest.approx(6.0)  # 4 gaps of work in 40 s
+    assert np.isnan(_rate_per_minute(pd.Series(t[:1])))
+
+
 def test_single_vs_forced_and_convergence_verdicts(tmp_path) -> None:  # noqa: ANN001
     import pandas as pd
 
