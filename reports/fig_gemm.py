@@ -525,7 +525,8 @@ def _rounds_note(table: pd.DataFrame) -> str:
         return ""
     both = ((timed["ratio min"] < 1.0) & (timed["ratio max"] >= 1.0)).sum()
     return (
-        f"; {len(timed)} workloads timed in {int(timed['rounds'].min())}-{int(timed['rounds'].max())} "
+        f"; the {len(timed)} judged workloads timed in "
+        f"{'-'.join(dict.fromkeys(str(int(n)) for n in (timed['rounds'].min(), timed['rounds'].max())))} "
         f"interleaved rounds: per-round ratio ranges {timed['ratio min'].min():.2f}-"
         f"{timed['ratio max'].max():.2f}, on {int(both)} the rounds disagree about 1.0"
     )
