@@ -271,7 +271,7 @@ def best_vs_onednn(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
             ax.bar(xs + (i - 1) * width, table[col].to_numpy(float), width, label=col, color=color)
         ax.set_xticks(xs, table["layer"], rotation=60, ha="right", fontsize=7)
         ax.set(ylabel="% of calibrated peak", ylim=(0, 105))
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=8, bbox_to_anchor=(1.01, 1), loc="upper left")  # beside the bars
         averages = []
         complete = table.dropna(subset=[small_col])
         for net, t in complete.groupby("network"):
