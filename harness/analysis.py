@@ -14,6 +14,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from harness import store
+
 #: One summary line per measurement unit: a candidate on a workload, on one machine, in one timing mode.
 GROUP_KEYS: list[str] = ["experiment", "machine_fingerprint", "workload", "candidate_key", "timing_mode"]
 
@@ -115,14 +117,7 @@ def _pooled_times(rows: pd.DataFrame) -> np.ndarray:
 def _pooled_rounds(rows: pd.DataFrame) -> list[float]:
     """Median time of every timing round of a unit's ok rows, row after row (a row stored before rounds
     existed counts as one round)."""
-    out: list[float] = []
-    for _, r in rows[rows["status"] == "ok"].iterrows():
-        medians = r.get("round_medians_ns")
-        if medians is not None and len(medians):
-            out += [float(t) for t in medians]
-        elif r["times_ns"] is not None and len(r["times_ns"]):
-            out.append(float(np.median(np.asarray(r["times_ns"], dtype=float))))
-    return out
+    return [t for _, r in rows[rows["status"] == "ok"].iterrows() for t in store.round_medians(r)]
 
 
 def round_ratio(rounds_a: object, rounds_b: object) -> tuple[float, float, float]:

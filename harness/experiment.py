@@ -29,7 +29,7 @@ from harness import store
 from harness.build import BuildResult, CompilerConfig, build_many
 from harness.calibrate import calibrate, probe_peak
 from harness.check import CheckConfig, check_output, make_tensors
-from harness.run import RunLimits, TimingConfig, cpus_for, run_kernel
+from harness.run import RunLimits, RunResult, TimingConfig, cpus_for, run_kernel
 from harness.sanity import CoreWatch, SanityConfig, drift_flags, row_flags
 from harness.search import Problem, SearchConfig, Strategy, make_strategy
 from kernels.baselines import BaselineUnavailable
@@ -398,7 +398,7 @@ def _measure(
 
 def _run_checked(
     exp: Experiment, src: KernelSource, built: BuildResult, tensors: Sequence[Any], row: dict[str, Any]
-) -> tuple[Any, tuple[str, str] | None, float]:
+) -> tuple[RunResult, tuple[str, str] | None, float]:
     """Time the built kernel on its pinned CPUs and check its output: (run result, (status, reason) if
     it failed or computed a wrong result, % of the pinned CPUs other processes used meanwhile).
     The check columns of ``row`` are filled whenever an output came back."""
@@ -421,7 +421,7 @@ def _run_checked(
 
 
 def _rounds_of(row: dict[str, Any]) -> int:
-    return len(row.get("round_medians_ns") or [None])  # rows stored before rounds existed: one round
+    return len(store.round_medians(row))
 
 
 def _interleaved_rounds(
@@ -451,8 +451,11 @@ def _interleaved_rounds(
     builds = build_many(sources, exp.compiler, exp.cache_dir / "so")
     work = []
     for (cand, row), src, built in zip(units, sources, builds, strict=True):
-        if src.source_hash != row["source_hash"] or not built.ok:
+        if src.source_hash != row["source_hash"]:
             say(f"[{exp.name}] {cand.label()}: generated source changed since it was measured, not re-timed")
+        elif not built.ok:
+            first = next(iter(built.error.strip().splitlines()), "")
+            say(f"[{exp.name}] {cand.label()}: no longer compiles, not re-timed: {first}")
         else:
             work.append((cand, row, src, built))
     total = sum(want - _rounds_of(row) for _, row, _, _ in work)
@@ -485,7 +488,7 @@ def _one_more_round(
         row["status"], row["reason"] = failure[0], f"timing round {k}: {failure[1]}"
         return
     new = [float(t) for t in res.times_ns]
-    medians = [*(row.get("round_medians_ns") or [float(np.median(row["times_ns"]))]), float(np.median(new))]
+    medians = [*store.round_medians(row), float(np.median(new))]
     row.update(
         store.perf_fields([*row["times_ns"], *new], exp.workload.flops, row["peak_gflops"], None, medians)
     )

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.dataset as ds
@@ -236,6 +237,16 @@ def perf_fields(
         "pct_peak_median": 100.0 * gmed / peak if peak else None,
         "round_medians_ns": [float(t) for t in round_medians_ns] if round_medians_ns else [tmed],
     }
+
+
+def round_medians(row: Mapping[str, Any]) -> list[float]:
+    """Median time of each timing round of an ok row (a dict or a loaded row): its ``round_medians_ns``, or
+    for a row stored before rounds existed one round, the median of its times; [] without times."""
+    medians = row.get("round_medians_ns")
+    if medians is not None and len(medians):
+        return [float(t) for t in medians]
+    times = row.get("times_ns")
+    return [float(np.median(np.asarray(times, dtype=float)))] if times is not None and len(times) else []
 
 
 def _is_null(value: Any) -> bool:
