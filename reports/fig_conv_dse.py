@@ -300,9 +300,13 @@ def best_vs_onednn(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
                 rate = table["candidates/min"]
                 draws += f", {rate.min():.0f}-{rate.max():.0f} candidates/min"
             measured = f"{small_col} ({draws}) beats oneDNN on {won}/{len(both)} layers; weighted averages "
+            # a network with no 1000-draw run says nothing of it (it used to print "nan%")
+            of_1000 = {a["network"]: "" if pd.isna(a[big_col]) else f" (of 1000: {a[big_col]:.1f}%)"
+                       for a in averages}  # fmt: skip
             measured += "; ".join(
-                f"{a['network']}: {a[small_col]:.1f}% (of 1000: {a[big_col]:.1f}%) vs oneDNN "
-                f"{a['onednn']:.1f}%" for a in averages)  # fmt: skip
+                f"{a['network']}: {a[small_col]:.1f}%{of_1000[a['network']]} vs oneDNN {a['onednn']:.1f}%"
+                for a in averages
+            )
             if short:
                 measured += f"; left out (fewer than {small} draws): {', '.join(short)}"
         figures.append(_paper(

@@ -120,6 +120,7 @@ def test_fig6_3_verdict_follows_the_comparison_with_onednn(tmp_path) -> None:  #
         return f
 
     assert figure(80.0, 60.0).verdict == "reproduced"
+    assert "of 1000" not in figure(80.0, 60.0).measured and "nan" not in figure(80.0, 60.0).measured
     assert figure(50.0, 60.0).verdict == "differs"
     # a quick run (3 draws) shows the best of 3, labelled, and cannot reproduce a best-of-100 claim
     f = figure(80.0, 60.0, draws=3)
