@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from harness import machine as machine_mod
 from harness import store
@@ -177,10 +178,11 @@ def run_experiment(
     that stored rows with fewer than ``timing.rounds`` rounds get the missing rounds)."""
     m = machine or machine_mod.detect()
     say = progress or (lambda msg: print(msg, file=sys.stderr, flush=True))
-    if exp.search is not None and exp.timing.rounds > 1:
+    if exp.search is not None and exp.timing.rounds > 1 and not exp.search.confirm:
         raise ValueError(
             "timing.rounds > 1 re-times a fixed candidate list in interleaved passes; a search measures "
-            "candidates as it proposes them: use timing.rounds=1 with search"
+            "candidates as it proposes them: with a search, set search.confirm=K to re-time its best K "
+            "candidates and the baselines in the rounds (or use timing.rounds=1)"
         )
     strategy = _make_search(exp, m) if exp.search is not None else None  # bad search input fails first
     peaks = calibrate(m, cache_dir=exp.cache_dir)
@@ -202,10 +204,13 @@ def run_experiment(
             say(f"[{exp.name}] warning: {f}")
     tensors = make_tensors(exp.workload, exp.seed, exp.check)
     if strategy is not None:
-        return _run_search(exp, m, peaks, tensors, exp_flags, say, todo, strategy)
+        rows = _run_search(exp, m, peaks, tensors, exp_flags, say, todo, strategy)
+        if exp.timing.rounds > 1:
+            rows = _interleaved_rounds(exp, m, tensors, say, rows, _confirmed(exp, m, say))
+        return rows
     rows = _measure_batch(exp, m, peaks, tensors, exp_flags, say, [c for c, _ in todo], time.monotonic())
     if exp.timing.rounds > 1:
-        rows = _interleaved_rounds(exp, m, tensors, say, rows)
+        rows = _interleaved_rounds(exp, m, tensors, say, rows, exp.candidates)
     return rows
 
 
@@ -256,17 +261,46 @@ def _measure_batch(
     return rows
 
 
-def _stored_perf(exp: Experiment, m: machine_mod.Machine) -> dict[str, float | None]:
-    """% of peak (median) of the candidates already stored for this experiment, by candidate key."""
+def _stored_rows(exp: Experiment, m: machine_mod.Machine) -> pd.DataFrame:
+    """This experiment's stored rows of this workload, machine, timing mode and seed."""
     frame = store.load(exp.results_dir, exp.name)
     if frame.empty:
-        return {}
-    mine = frame[
+        return frame
+    return frame[
         (frame["workload"] == exp.workload.name)
         & (frame["machine_fingerprint"] == m.fingerprint)
         & (frame["timing_mode"] == exp.timing.mode)
         & (frame["seed"] == exp.seed)
     ]
+
+
+def _confirmed(exp: Experiment, m: machine_mod.Machine, say: Callable[[str], None]) -> list[Candidate]:
+    """What a search's timing rounds re-time: the baselines and the ``search.confirm`` best candidates
+    found (every run of the search so far, by median % of peak), so the search's winner and the libraries
+    are compared in the same minutes rather than hours apart."""
+    assert exp.search is not None
+    mine = _stored_rows(exp, m)
+    if mine.empty:
+        return []
+    ok = mine[(mine["status"] == "ok") & mine["pct_peak_median"].notna()]
+    libs = ok[ok["candidate_kind"] == "baseline"]
+    found = ok[ok["candidate_kind"] != "baseline"].nlargest(exp.search.confirm, "pct_peak_median")
+    out = []
+    for r in pd.concat([libs, found]).itertuples():
+        opts = json.loads(r.candidate_options or "{}")
+        cand = Candidate(str(r.candidate_kind), str(r.candidate_text), tuple(opts.items()))
+        if cand.key == r.candidate_key:
+            out.append(cand)
+        else:  # a row stored by an older candidate encoding: its key cannot be rebuilt from the row
+            say(f"[{exp.name}] {cand.label()}: stored under another key, not re-timed")
+    return out
+
+
+def _stored_perf(exp: Experiment, m: machine_mod.Machine) -> dict[str, float | None]:
+    """% of peak (median) of the candidates already stored for this experiment, by candidate key."""
+    mine = _stored_rows(exp, m)
+    if mine.empty:
+        return {}
     out: dict[str, float | None] = {}
     for r in mine.itertuples():
         ok = r.status == "ok" and r.pct_peak_median is not None and r.pct_peak_median == r.pct_peak_median
@@ -430,8 +464,9 @@ def _interleaved_rounds(
     tensors: Sequence[Any],
     say: Callable[[str], None],
     fresh: list[dict[str, Any]],
+    cands: Sequence[Candidate],
 ) -> list[dict[str, Any]]:
-    """Rounds 2..``timing.rounds``: every ok candidate of the experiment is timed (and checked) once more
+    """Rounds 2..``timing.rounds``: every ok candidate of ``cands`` is timed (and checked) once more
     per round, the order rotated from round to round, and its row rewritten with the pooled times. Rows
     just measured and stored ones with fewer rounds (an interrupted or shorter earlier run) are topped
     up; a row whose generated source has changed since is left as it is. Returns the rows rewritten or
@@ -439,7 +474,7 @@ def _interleaved_rounds(
     want = exp.timing.rounds
     by_key = {r["candidate_key"]: r for r in fresh}
     units: list[tuple[Candidate, dict[str, Any]]] = []
-    for cand in exp.candidates:
+    for cand in cands:
         row = by_key.get(cand.key)
         if row is None:
             row = store.read_row(exp.results_dir, exp.name, _row_id(exp, cand, m))

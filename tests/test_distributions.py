@@ -131,6 +131,59 @@ def test_fig6_3_verdict_follows_the_comparison_with_onednn(tmp_path) -> None:  #
     assert "2/2 layers" in f.measured
 
 
+def test_fig6_3_pairs_the_confirmation_rounds_with_onednn(tmp_path) -> None:  # noqa: ANN001
+    """The best of 100 and the faster oneDNN re-timed in 3 interleaved rounds: ahead in every round, behind
+    in every round, or rounds that disagree, counted per layer (a round's times in ns: lower is faster)."""
+    import pandas as pd
+
+    from reports import fig_conv_dse as fig
+
+    rounds = {  # layer: (the best draw's round medians, oneDNN's)
+        "yolo9000_12": ([90.0, 95.0, 92.0], [100.0, 100.0, 100.0]),  # ahead in every round
+        "resnet18_02": ([110.0, 120.0, 105.0], [100.0, 100.0, 100.0]),  # behind in every round
+        "resnet18_03": ([90.0, 130.0, 95.0], [100.0, 100.0, 100.0]),  # a slow round: disagree
+    }
+    parts = []
+    for layer, (ours, lib) in rounds.items():
+        draws = _summary(fig.RANDOM, layer, [50.0] * 99 + [80.0])
+        draws["round_medians_ns"] = [[1.0]] * 99 + [ours]
+        one = _summary(fig.RANDOM, layer, [70.0], kind="baseline", texts=["onednn"])
+        one["round_medians_ns"] = [lib]
+        parts += [draws, one]
+    (f,) = fig.best_vs_onednn(pd.concat(parts, ignore_index=True), tmp_path)
+    assert (
+        "in 3-3 interleaved rounds on 3 layers: ahead in every round on 1, behind in every round on 1, "
+        "rounds disagree on 1" in f.measured
+    )
+    table = {r["layer"]: r for r in f.table if "layer" in r}
+    assert table["resnet18_03"]["ratio min"] == pytest.approx(100 / 130, abs=0.01)
+    assert table["resnet18_03"]["ratio max"] == pytest.approx(100 / 90, abs=0.01)
+
+
+def test_strategies_figure_compares_bests_raw_and_against_each_runs_onednn(tmp_path) -> None:  # noqa: ANN001
+    import pandas as pd
+
+    from reports import fig_conv_dse as fig
+
+    parts = []
+    # layer a: the model's best is 10 points higher, but its run's oneDNN was as much faster (host drift)
+    for layer, rnd, mod, lib_r, lib_m in (
+        ("yolo9000_12", 60.0, 70.0, 60.0, 70.0),
+        ("resnet18_02", 80.0, 79.0, 80.0, 80.0),
+    ):
+        parts.append(_summary(fig.RANDOM, layer, [rnd - 5, rnd]))
+        parts.append(_summary("ttile_conv_model", layer, [mod, mod - 5]))
+        parts.append(_summary(fig.RANDOM, layer, [lib_r], kind="baseline", texts=["onednn"]))
+        parts.append(_summary("ttile_conv_model", layer, [lib_m], kind="baseline", texts=["onednn"]))
+    (f,) = fig.strategies(pd.concat(parts, ignore_index=True), tmp_path)
+    assert "within 2 points of (or above) the model filter's top 100 on 1/2 layers" in f.measured
+    own_run = "against the oneDNN of its own run, random within 2% of (or above) the model filter on 2/2"
+    assert own_run in f.measured
+    assert f.verdict == "reproduced"
+    row = next(r for r in f.table if r["workload"] == "yolo9000_12")
+    assert row["model filter (top 100) / its oneDNN"] == pytest.approx(1.0)
+
+
 def test_search_throughput_leaves_out_a_stop_and_resume() -> None:
     import pandas as pd
 

@@ -193,10 +193,10 @@ def test_a_wrong_result_in_a_later_round_makes_the_row_wrong(
     assert stored.loc[stored["status"] == "wrong", "times_ns"].isna().all()
 
 
-def test_rounds_are_refused_with_a_search(tmp_path: Path) -> None:
+def test_rounds_with_a_search_need_search_confirm(tmp_path: Path) -> None:
     from harness.search import SearchConfig
 
     e = _rounds_exp(tmp_path, tmp_path, 2)
     e.search = SearchConfig(strategy="random", budget=2)
-    with pytest.raises(ValueError, match="timing.rounds"):
+    with pytest.raises(ValueError, match="search.confirm"):
         exp_mod.run_experiment(e, progress=lambda _m: None)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
@@ -39,6 +40,7 @@ def test_search_config_validation() -> None:
         ({"strategy": "random", "budget": 0}, "budget"),
         ({"strategy": "random", "bogus": 1}, "unknown"),
         ({"batch": 0}, "batch"),
+        ({"confirm": -1}, "confirm"),
     ]
     for bad, match in bads:
         with pytest.raises(SearchError, match=match):
@@ -100,6 +102,32 @@ def test_random_search_end_to_end_checked_recorded_and_resumed(tmp_path: Path, s
     assert any("2 candidate(s) of the random search already measured" in m for m in msgs)
     stored = store.load(tmp_path, "search_random")
     assert sorted(stored["search_index"].tolist()) == [0, 1, 2]
+
+
+def test_search_rounds_retime_the_best_found_and_the_baselines(tmp_path: Path, shared_cache: Path) -> None:
+    """search.confirm=2 with timing.rounds=3: the two best of the search (by their first pass) and the
+    library baseline get two more interleaved rounds; the other draws keep one."""
+    space = {**SPACE, "library_baselines": ["onednn"]}
+    e = _experiment(tmp_path, shared_cache, "random", 4, space)
+    e.search = dataclasses.replace(e.search, confirm=2)
+    e.timing = dataclasses.replace(e.timing, rounds=3)
+    msgs: list[str] = []
+    run_experiment(e, progress=msgs.append)
+    stored = store.load(tmp_path, "search_random")
+    ok = stored[stored["status"] == "ok"]
+    drawn = ok[ok["candidate_kind"] == "scheme"].copy()
+    assert len(drawn) == 4, stored[["candidate_text", "status", "reason"]]
+    drawn["rounds"] = [len(r) for r in drawn["round_medians_ns"]]
+    drawn["first"] = [r[0] for r in drawn["round_medians_ns"]]
+    assert sorted(drawn["rounds"]) == [1, 1, 3, 3]
+    # the confirmed two are the fastest of the first pass
+    confirmed = set(drawn[drawn["rounds"] == 3]["candidate_key"])
+    assert set(drawn.nsmallest(2, "first")["candidate_key"]) == confirmed
+    lib = stored[stored["candidate_kind"] == "baseline"]
+    assert len(lib) == 1
+    if lib["status"].iloc[0] == "ok":  # oneDNN is installed by the project's setup; elsewhere unsupported
+        assert len(lib["round_medians_ns"].iloc[0]) == 3
+    assert any("round 3/3" in m for m in msgs)
 
 
 SPACE_VARIANTS = {

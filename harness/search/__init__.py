@@ -48,6 +48,7 @@ class SearchConfig:
     seed: int = 0
     batch: int = 4  # candidates compiled together (2 cores); adaptive strategies use 1
     params: Mapping[str, Any] = field(default_factory=dict)  # strategy-specific knobs
+    confirm: int = 0  # with timing.rounds > 1: the best this many found are re-timed with the baselines
 
     @classmethod
     def from_config(cls, conf: Mapping[str, Any] | None) -> SearchConfig | None:
@@ -66,10 +67,13 @@ class SearchConfig:
         seed = conf.get("seed", 0)
         if isinstance(seed, bool) or not isinstance(seed, int):
             raise SearchError(f"search.seed must be an integer, got {seed!r}")
-        unknown = set(conf) - {"strategy", "budget", "seed", "batch", "params"}
+        confirm = conf.get("confirm", 0)
+        if isinstance(confirm, bool) or not isinstance(confirm, int) or confirm < 0:
+            raise SearchError(f"search.confirm must be a non-negative integer, got {confirm!r}")
+        unknown = set(conf) - {"strategy", "budget", "seed", "batch", "params", "confirm"}
         if unknown:
             raise SearchError(f"search: unknown key(s) {sorted(unknown)}")
-        return cls(name, budget, seed, batch, dict(conf.get("params") or {}))
+        return cls(name, budget, seed, batch, dict(conf.get("params") or {}), confirm)
 
 
 @dataclass
