@@ -199,6 +199,11 @@ def summarize(df: pd.DataFrame) -> pd.DataFrame:
         if times.size:
             tmin, tmed = float(times.min()), float(np.median(times))
             lo, hi = median_ci(times)
+            rounds = _pooled_rounds(rows)
+            if any(len(store.round_medians(r)) > 1 for _, r in rows.iterrows()):
+                # timed in interleaved rounds: each round weighs the same (store.perf_fields), and the
+                # interval is the range of the round medians (for 3 rounds, 75% coverage of the median)
+                tmed, lo, hi = float(np.median(rounds)), float(min(rounds)), float(max(rounds))
             perf.update(
                 n_reps=int(times.size),
                 min_ns=tmin,
@@ -206,7 +211,7 @@ def summarize(df: pd.DataFrame) -> pd.DataFrame:
                 median_ci_low_ns=lo,
                 median_ci_high_ns=hi,
                 cov=float(np.std(times, ddof=1) / np.mean(times)) if times.size > 1 else math.nan,
-                round_medians_ns=_pooled_rounds(rows),
+                round_medians_ns=rounds,
             )
             if flops is not None and not pd.isna(flops):
                 f = float(flops)

@@ -215,11 +215,15 @@ def perf_fields(
 
     GFLOP/s is flops per nanosecond; % of peak is against the calibrated peak of the ISA used.
     ``round_medians_ns``: the median of each interleaved timing round (None: the times are one round).
+    With several rounds the row's median is the median of the round medians: each round weighs the same,
+    whereas a round on a noisy host runs to more repetitions and would dominate the pooled times.
     """
     times = pd.Series(times_ns, dtype="float64")
     if times.empty or not (times > 0).all():
         raise ValueError("times_ns must be a non-empty list of positive times")
     tmin, tmed, tmean = float(times.min()), float(times.median()), float(times.mean())
+    if round_medians_ns is not None and len(round_medians_ns) > 1:
+        tmed = float(np.median(np.asarray(round_medians_ns, dtype=float)))
     cov = float(times.std(ddof=1) / tmean) if len(times) > 1 else math.nan
     gmin, gmed = flops / tmin, flops / tmed
     peak = peak_gflops if peak_gflops and peak_gflops > 0 else None

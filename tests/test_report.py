@@ -261,3 +261,16 @@ def test_round_ratio_pairs_rounds_in_order_and_summary_keeps_them() -> None:
     s = analysis.summarize(frame([old, new])).set_index("candidate_key")
     assert list(s.loc["old", "round_medians_ns"]) == [110.0]
     assert list(s.loc["new", "round_medians_ns"]) == [105.0, 305.0]
+
+
+def test_a_noisy_round_with_many_repetitions_does_not_outweigh_the_others() -> None:
+    # round 1 ran on a noisy host to 50 repetitions, rounds 2 and 3 converged in 5: pooled, the slow round
+    # would be the median; each round weighs the same instead
+    times = [200.0] * 50 + [100.0] * 5 + [102.0] * 5
+    fields = store.perf_fields(times, 1000, None, None, [200.0, 100.0, 102.0])
+    assert fields["median_ns"] == 102.0 and fields["n_reps"] == 60
+    row = make_row(candidate="noisy", times=times)
+    row.update(fields)
+    s = analysis.summarize(frame([row])).iloc[0]
+    assert s["median_ns"] == 102.0
+    assert (s["median_ci_low_ns"], s["median_ci_high_ns"]) == (100.0, 200.0)  # the range of the rounds
