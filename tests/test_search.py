@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -78,6 +79,29 @@ def test_model_filter_proposes_the_best_metric_first() -> None:
     got = strat.ask(60)
     scores = [metric_for(strat.problem, c.text) for c in got]
     assert scores == sorted(scores) and len(got) == len({c.key for c in got})
+
+
+def test_tree_search_keeps_the_accumulators_over_the_reduction_and_takes_plans_in_turn() -> None:
+    """The register level: right above the microkernel a reduction tile (c, r or s), never h, w or k, which
+    would reload every accumulator per FMA step; and the plans' best candidates come first, one per plan."""
+    two_plans = Workload.make("tiny12", "conv2d", {"h": 4, "w": 12, "k": 16, "c": 8, "r": 3, "s": 3})
+    strat = make_strategy(problem(workload=two_plans), SearchConfig("tree", 40, 0))
+    assert len(strat.ctx.plans) == 2
+    texts = [c.text for c in strat.ask(40)]
+    assert texts
+
+    def split(text: str) -> tuple[list[str], str]:
+        atoms = text.strip("[]").split(", ")
+        first_u = next(i for i, a in enumerate(atoms) if a.startswith("U"))
+        plan = ", ".join(a for a in atoms if a.startswith(("U", "V", "λ_seq")))
+        return atoms[:first_u], plan
+
+    for t in texts:
+        above, _ = split(t)
+        assert above and re.fullmatch(r"T_\{\d+,[crs]\}", above[-1]), t
+    plans = [split(t)[1] for t in texts]
+    n = len(set(plans))
+    assert n > 1 and len(set(plans[:n])) == n  # every plan before any plan's second
 
 
 def _experiment(
