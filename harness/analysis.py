@@ -114,10 +114,9 @@ def _pooled_times(rows: pd.DataFrame) -> np.ndarray:
     return np.concatenate(arrays) if arrays else np.array([], dtype=float)
 
 
-def _pooled_rounds(rows: pd.DataFrame) -> list[float]:
-    """Median time of every timing round of a unit's ok rows, row after row (a row stored before rounds
-    existed counts as one round)."""
-    return [t for _, r in rows[rows["status"] == "ok"].iterrows() for t in store.round_medians(r)]
+def n_rounds(rounds: object) -> int:
+    """How many timing rounds a summary's ``round_medians_ns`` holds (NaN, for a failed unit: 0)."""
+    return 0 if rounds is None or isinstance(rounds, float) else len(rounds)
 
 
 def round_ratio(rounds_a: object, rounds_b: object) -> tuple[float, float, float]:
@@ -199,8 +198,9 @@ def summarize(df: pd.DataFrame) -> pd.DataFrame:
         if times.size:
             tmin, tmed = float(times.min()), float(np.median(times))
             lo, hi = median_ci(times)
-            rounds = _pooled_rounds(rows)
-            if any(len(store.round_medians(r)) > 1 for _, r in rows.iterrows()):
+            per_row = [store.round_medians(r) for _, r in rows.iterrows()]  # the unit is ok: every row
+            rounds = [t for row_rounds in per_row for t in row_rounds]
+            if any(len(row_rounds) > 1 for row_rounds in per_row):
                 # timed in interleaved rounds: each round weighs the same (store.perf_fields), and the
                 # interval is the range of the round medians (for 3 rounds, 75% coverage of the median)
                 tmed, lo, hi = float(np.median(rounds)), float(min(rounds)), float(max(rounds))

@@ -29,9 +29,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+from scipy.stats import gmean  # noqa: E402
 
 from harness import distributions as dist  # noqa: E402
-from harness.analysis import round_ratio  # noqa: E402
+from harness.analysis import n_rounds, round_ratio  # noqa: E402
 from reports.figures import CLAIMS, PaperFigure, _paper, _save, mean_ci  # noqa: E402
 
 RANDOM = "ttile_conv_random"
@@ -79,10 +80,6 @@ def _runs(part: pd.DataFrame) -> pd.DataFrame:
                           "ok": r.ok, "label": r.label, "text": r.candidate_text,
                           "rounds": getattr(r, "round_medians_ns", None)})  # fmt: skip
     return pd.DataFrame(lines, columns=["workload", "seed", "index", "perf", "ok", "label", "text", "rounds"])
-
-
-def _n_rounds(rounds: object) -> int:
-    return 0 if rounds is None or isinstance(rounds, float) else len(rounds)  # NaN: a failed unit
 
 
 def _runs_of(summary: pd.DataFrame, exps: dict[str, str], column: str) -> pd.DataFrame:
@@ -258,12 +255,13 @@ def best_vs_onednn(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
             one = lib["pct_peak_median"]
             # the best of the first draws against the faster oneDNN, round by round when both were re-timed
             # in interleaved rounds (timing.rounds with search.confirm): a drifting host moves both sides
-            first = r.head(small)["perf"].where(r.head(small)["ok"]).dropna()
+            head = r.head(small)
+            first = head["perf"].where(head["ok"]).dropna()
             best = r.loc[first.idxmax()] if len(first) else None
             fast = lib.loc[one.idxmax()] if len(lib) else None
             ratio = (
                 round_ratio(best["rounds"], fast["round_medians_ns"])
-                if best is not None and fast is not None and _n_rounds(best["rounds"]) > 1
+                if best is not None and fast is not None and n_rounds(best["rounds"]) > 1
                 else (np.nan, np.nan, np.nan)
             )
             stamps = pd.to_datetime(
@@ -278,7 +276,7 @@ def best_vs_onednn(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
                          # throughput of the search (compile + check + timing), from the rows' timestamps
                          "candidates/min": _rate_per_minute(stamps),
                          "flops": float(schemes.loc[schemes["workload"] == layer, "flops"].iloc[0]),
-                         "rounds": _n_rounds(best["rounds"]) if best is not None else 0,
+                         "rounds": n_rounds(best["rounds"]) if best is not None else 0,
                          "ratio min": ratio[1], "ratio max": ratio[2],
                          })  # fmt: skip
         table = pd.DataFrame(rows)
@@ -584,7 +582,7 @@ def strategies(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
         normed = both.dropna(subset=[f"{rnd} / its oneDNN", f"{mod} / its oneDNN"])
         if len(normed):
             ahead = int((normed[f"{rnd} / its oneDNN"] >= normed[f"{mod} / its oneDNN"] * 0.98).sum())
-            geo = {c: float(np.exp(np.log(normed[f"{c} / its oneDNN"]).mean()))
+            geo = {c: float(gmean(normed[f"{c} / its oneDNN"].astype(float)))
                    for c in series if normed[f"{c} / its oneDNN"].notna().all()}  # fmt: skip
             measured += (
                 f"; against the oneDNN of its own run, random within 2% of (or above) the model filter on "

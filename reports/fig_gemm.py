@@ -21,7 +21,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from harness.analysis import round_ratio  # noqa: E402
+from harness.analysis import n_rounds, round_ratio  # noqa: E402
 from reports.figures import CLAIMS, PaperFigure, _ok, _paper, _save, mean_ci  # noqa: E402
 
 LANES = {"avx2": 8, "avx512": 16}
@@ -98,7 +98,7 @@ def _round_ratios(table: pd.DataFrame) -> pd.DataFrame:
     """Columns ``ratio min`` / ``ratio max``: the ratio ours / library round by round, when both were
     timed in interleaved rounds (timing.rounds > 1), else NaN; ``rounds``: how many."""
     spans = [round_ratio(a, b) for a, b in zip(table["rounds"], table["library rounds"], strict=True)]
-    n = [len(a) if a is not None and not isinstance(a, float) else 0 for a in table["rounds"]]
+    n = [n_rounds(a) for a in table["rounds"]]
     return table.assign(
         **{
             "ratio min": [lo if k > 1 else math.nan for (_, lo, _), k in zip(spans, n, strict=True)],
