@@ -55,6 +55,16 @@ def _one_thread(sim: pd.DataFrame) -> pd.DataFrame:
     return sim[(sim["threads"] == 1) & (sim["partial_sums"])]
 
 
+def _measured_table(timed: pd.DataFrame, exp: str, fp: str) -> pd.DataFrame:
+    """orders x layers of measured best / time (1 thread, partial sums) for simulation experiment ``exp``
+    on machine ``fp``, over the orders timed on every layer; empty when nothing was timed."""
+    t = _timed_for(timed, exp)
+    if t.empty:
+        return pd.DataFrame()
+    t = t[(t["machine_fingerprint"] == fp) & t["partial_sums"]]
+    return permstudy.speedup_table(t, metric="median_ns").dropna() if len(t) else pd.DataFrame()
+
+
 def signatures(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
     """Fig 4.3: cycles per order in SJT order, per layer (simulated), with measured time beside it."""
     sim = _sim(out_dir)
@@ -143,23 +153,15 @@ def winners(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
             {"order": table.index, "average": table.mean(axis=1), "worst": table.min(axis=1)}
         ).reset_index(drop=True)
         measured_txt = ""
-        if len(timed):
-            t = _timed_for(timed, exp)
-            t = t[(t["machine_fingerprint"] == fp) & t["partial_sums"]]
-            if len(t):
-                tt = permstudy.speedup_table(t, metric="median_ns").dropna()
-                if len(tt):
-                    tw = permstudy.winners(tt)
-                    measured_txt = (
-                        f"; measured ({len(tt)} orders timed on every layer): top average "
-                        f"{tw['top_average']['order']} {tw['top_average']['average']:.3f}"
-                    )
-                    data = data.merge(
-                        pd.DataFrame({"order": tt.index, "measured_average": tt.mean(axis=1)}).reset_index(
-                            drop=True
-                        ), on="order",
-                        how="left",
-                    )  # fmt: skip
+        tt = _measured_table(timed, exp, fp)
+        if len(tt):
+            tw = permstudy.winners(tt)
+            measured_txt = (
+                f"; measured ({len(tt)} orders timed on every layer): top average "
+                f"{tw['top_average']['order']} {tw['top_average']['average']:.3f}"
+            )
+            measured = pd.DataFrame({"order": tt.index, "measured_average": tt.mean(axis=1)})
+            data = data.merge(measured.reset_index(drop=True), on="order", how="left")
         image, csv = _save(
             fig, data.sort_values("average", ascending=False), out_dir, f"permutations_fig4_7-{exp}-{fp}"
         )
@@ -187,36 +189,58 @@ def winners(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
     return figures
 
 
+def _panels(
+    table: pd.DataFrame, measured: pd.DataFrame, cache: str, min_layers: int = 1
+) -> dict[str, pd.DataFrame]:
+    """The simulated table and, when orders were timed on enough layers, the measured one beside it."""
+    panels = {f"simulated ({cache})": table}
+    if measured.shape[1] >= min_layers:
+        panels["measured"] = measured
+    return panels
+
+
 def pairs(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
-    """Fig 5.3: every pair of orders as an oracle picking the better one per layer."""
+    """Fig 5.3: every pair of orders as an oracle picking the better one per layer (simulated, and
+    measured beside it on the timed orders)."""
     sim = _sim(out_dir)
     if sim.empty:
         return []
     figures = []
     meta = CLAIMS["permutations_fig5_3"]["paper_numbers"]
+    timed = permstudy.timed_frame(summary)
     for (exp, fp), part in _one_thread(sim).groupby(["experiment", "machine_fingerprint"]):
         cache = _headline_cache(part)
         part = part[part["cache"] == cache]
         table = permstudy.speedup_table(part)
         if table.shape[1] < 2:
             continue  # one layer: the best single order is already the oracle
-        pr = permstudy.best_pairs(table)
-        top = pr.loc[pr["average"].idxmax()]
-        fig, ax = plt.subplots(figsize=(6, 4))
-        ax.hexbin(pr["average"], pr["worst"], gridsize=60, bins="log", cmap="viridis")
-        ax.set(xlabel="average speedup of the pair", ylabel="worst-case speedup", title=f"pairs ({cache})")
-        keep = pr.nlargest(2000, "average")
-        image, csv = _save(fig, keep, out_dir, f"permutations_fig5_3-{exp}-{fp}")
-        ours = float(top["average"])
+        panels = _panels(table, _measured_table(timed, exp, fp), cache, min_layers=2)
+        fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4), squeeze=False)
+        tops, keep = {}, []
+        for ax, (name, tab) in zip(axes[0], panels.items(), strict=True):
+            pr = permstudy.best_pairs(tab)
+            tops[name] = pr.loc[pr["average"].idxmax()]
+            ax.hexbin(pr["average"], pr["worst"], gridsize=60, bins="log", cmap="viridis")
+            ax.set(
+                xlabel="average speedup of the pair", ylabel="worst-case speedup",
+                title=f"pairs, {name}: {tab.shape[0]} orders, {tab.shape[1]} layers",
+            )  # fmt: skip
+            keep.append(pr.nlargest(2000, "average").assign(source=name))
+        image, csv = _save(fig, pd.concat(keep), out_dir, f"permutations_fig5_3-{exp}-{fp}")
+        text = [
+            f"{name} ({panels[name].shape[1]} layers): best pair {top['a']} + {top['b']}: average "
+            f"{top['average']:.3f}, worst {top['worst']:.3f}"
+            for name, top in tops.items()
+        ]
+        ours = float(next(iter(tops.values()))["average"])
         figures.append(
             _paper(
                 "permutations_fig5_3", fp, _cpu(part),
-                measured=f"{len(pr)} pairs over {table.shape[1]} layers ({cache}): best pair {top['a']} + "
-                f"{top['b']}: average {ours:.3f}, worst {top['worst']:.3f}",
+                measured="; ".join(text),
                 verdict="reproduced" if ours >= meta["top_pair_average"] - 0.02 else "partial"
                 if ours >= 0.9 else "differs",
-                statistic="oracle max over the pair per layer, mean over layers; reproduced if within 0.02 "
-                "of the thesis's 0.99",
+                statistic="oracle max over the pair per layer, mean over layers, simulated; reproduced if "
+                "within 0.02 of the thesis's 0.99",
                 image=image, csv=csv, ours=ours, paper_value=meta["top_pair_average"],
                 unit="of per-layer best",
             )
@@ -225,36 +249,46 @@ def pairs(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
 
 
 def sorted_speedups(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
-    """Fig 5.4: each layer's speedups sorted; chance that n random orders contain a good one."""
+    """Fig 5.4: each layer's speedups sorted; chance that n random orders contain a good one (simulated,
+    and measured beside it on the timed orders)."""
     sim = _sim(out_dir)
     if sim.empty:
         return []
     figures = []
     meta = CLAIMS["permutations_fig5_4"]["paper_numbers"]
+    timed = permstudy.timed_frame(summary)
     for (exp, fp), part in _one_thread(sim).groupby(["experiment", "machine_fingerprint"]):
         cache = _headline_cache(part)
         part = part[part["cache"] == cache]
         table = permstudy.speedup_table(part)
-        fig, ax = plt.subplots(figsize=(7, 4))
-        for layer in table.columns:
-            ax.plot(np.sort(table[layer].to_numpy())[::-1], lw=0.7)
-        ax.axhline(meta["good"], ls="--", c="k", lw=0.8)
-        ax.set(xlabel="orders, sorted per layer", ylabel="speedup vs layer best", title=f"{cache}")
-        good = (table >= meta["good"]).sum(axis=0)
-        hardest = int(good.min())
-        p10 = permstudy.p_good_in_sample(hardest, 720, 10)
-        p26 = permstudy.p_good_in_sample(hardest, 720, 26)
-        data = pd.DataFrame({"layer": good.index, "good_orders": good.to_numpy()})
-        image, csv = _save(fig, data, out_dir, f"permutations_fig5_4-{exp}-{fp}")
+        panels = _panels(table, _measured_table(timed, exp, fp), cache)
+        fig, axes = plt.subplots(1, len(panels), figsize=(7 * len(panels), 4), squeeze=False)
+        rows, text, p26s = [], [], []
+        for ax, (name, tab) in zip(axes[0], panels.items(), strict=True):
+            for layer in tab.columns:
+                ax.plot(np.sort(tab[layer].to_numpy())[::-1], lw=0.7, label=layer)
+            ax.axhline(meta["good"], ls="--", c="k", lw=0.8)
+            if tab.shape[1] <= 12:  # the synthetic tables have hundreds of layers: no legend then
+                ax.legend(fontsize=7, loc="lower left")
+            ax.set(xlabel="orders, sorted per layer", ylabel="speedup vs layer best", title=name)
+            good = (tab >= meta["good"]).sum(axis=0)
+            hardest, n = int(good.min()), len(tab)
+            p10, p26 = (permstudy.p_good_in_sample(hardest, n, k) for k in (10, 26))
+            p26s.append(p26)
+            rows.append(pd.DataFrame({"source": name, "layer": good.index, "good_orders": good.to_numpy()}))
+            text.append(
+                f"{name}: hardest of {tab.shape[1]} layers has {hardest}/{n} orders >= {meta['good']}; 10 "
+                f"random orders contain one with p={p10:.3f}, 26 with p={p26:.3f}"
+            )
+        image, csv = _save(fig, pd.concat(rows), out_dir, f"permutations_fig5_4-{exp}-{fp}")
         figures.append(
             _paper(
                 "permutations_fig5_4", fp, _cpu(part),
-                measured=f"hardest layer has {hardest}/720 orders >= {meta['good']} ({cache}); 10 random "
-                f"orders contain one with p={p10:.3f}, 26 with p={p26:.3f}",
-                verdict="reproduced" if p26 >= 0.95 else "partial" if p26 >= 0.8 else "differs",
+                measured="; ".join(text),
+                verdict="reproduced" if p26s[0] >= 0.95 else "partial" if p26s[0] >= 0.8 else "differs",
                 statistic="hypergeometric (draws without replacement) from the hardest layer's count of good "
-                "orders; reproduced if 26 draws give >= 0.95 as in the thesis",
-                image=image, csv=csv, ours=p26, paper_value=meta["p26"], unit="probability",
+                "orders, simulated; reproduced if 26 draws give >= 0.95 as in the thesis",
+                image=image, csv=csv, ours=p26s[0], paper_value=meta["p26"], unit="probability",
             )
         )  # fmt: skip
     return figures

@@ -213,3 +213,63 @@ def test_spearman_pairs_each_timed_experiment_with_its_own_simulations() -> None
     )  # fmt: skip
     rho = permstudy.spearman_by_layer(sim, timed).set_index("experiment")["spearman"]
     assert rho["permutations"] == pytest.approx(1.0) and rho["permutations-O0"] == pytest.approx(-1.0)
+
+
+def test_pairs_and_sorted_speedups_put_measured_beside_simulated(tmp_path: Path) -> None:
+    """Fig 5.3/5.4 from simulation and, on the orders timed on every layer, from measured time: the
+    measured panel is computed from the timed medians (here the reverse of the simulated ranking), not
+    copied from the simulation."""
+    from harness import cachesim
+    from reports import fig_permutations as fp_mod
+
+    layers = {
+        "a": {"k": 4, "c": 4, "h": 4, "w": 4, "r": 3, "s": 3},
+        "b": {"k": 8, "c": 2, "h": 5, "w": 3, "r": 1, "s": 1},
+    }
+    permstudy.run_simulations(
+        tmp_path, "permutations", layers, [cachesim.load_config("loki")], say=lambda _m: None
+    )
+    sim = permstudy.load_sim(tmp_path, "permutations")
+    fingerprint = str(sim["machine_fingerprint"].iloc[0])
+    timed_orders = perm.sjt()[::8]  # 90 orders timed on both layers
+    rows = []
+    for layer in layers:
+        cycles = sim[sim["layer"] == layer].set_index("order")["cycles"]
+        for o in timed_orders:
+            rows.append({
+                "status": "ok", "workload": f"perm-{layer}", "label": perm.scheme_text(o),
+                "median_ns": 1e9 / float(cycles[perm.order_text(o)]),  # reversed ranking
+                "machine_fingerprint": fingerprint, "cpu_model": "test cpu",
+                "experiment": permstudy.timed_experiment_name("permutations", layer),
+            })  # fmt: skip
+    summary = pd.DataFrame(rows)
+    out = tmp_path / "report" / "figures"
+    out.mkdir(parents=True)
+
+    measured = permstudy.speedup_table(permstudy.timed_frame(summary), metric="median_ns")
+    assert measured.shape == (90, 2)
+    pr = permstudy.best_pairs(measured)
+    best = pr.loc[pr["average"].idxmax()]
+    (fig53,) = fp_mod.pairs(summary, out)
+    assert "simulated (loki) (2 layers)" in fig53.measured
+    assert (
+        f"measured (2 layers): best pair {best['a']} + {best['b']}: average {best['average']:.3f}"
+        in fig53.measured
+    )
+    data = pd.read_csv(out.parent / fig53.csv)
+    assert set(data["source"]) == {"simulated (loki)", "measured"}
+
+    (fig54,) = fp_mod.sorted_speedups(summary, out)
+    good = int((measured >= CLAIMS_GOOD()).sum(axis=0).min())
+    assert f"measured: hardest of 2 layers has {good}/90 orders" in fig54.measured
+    assert "simulated (loki): hardest of 2 layers has" in fig54.measured and "/720 orders" in fig54.measured
+
+    # nothing timed: the simulated panel alone, as before
+    (alone,) = fp_mod.pairs(summary.iloc[0:0], out)
+    assert "measured" not in alone.measured
+
+
+def CLAIMS_GOOD() -> float:  # noqa: N802
+    from reports.figures import CLAIMS
+
+    return float(CLAIMS["permutations_fig5_4"]["paper_numbers"]["good"])
