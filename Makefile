@@ -6,7 +6,7 @@ PIP := $(VENV)/bin/pip
 APT_PACKAGES := gcc clang libopenblas-dev libpapi-dev libblis-dev libxsmm-dev libdnnl-dev chromium poppler-utils valgrind
 JOBS ?= 2
 
-.PHONY: setup quick full test lint clean-results
+.PHONY: setup quick full test lint clean-results restore-measured
 
 # Idempotent: Debian packages when run as root, a virtual environment, the project (editable) with its
 # dev tools, and MKL from PyPI for the vendor baseline.
@@ -44,3 +44,11 @@ lint: setup
 
 clean-results:
 	rm -rf results/rows results/report results/done
+
+# The measurements behind the session notes (reports/measured/*.tar.xz, each a results directory's rows and
+# simulations) unpacked into RESULTS, so `harness report --results $(RESULTS)` rebuilds their figures and
+# a sweep run there resumes them instead of starting over.
+RESULTS ?= results
+restore-measured:
+	mkdir -p $(RESULTS)
+	for f in reports/measured/*.tar.xz; do echo "$$f"; tar -xJf "$$f" -C $(RESULTS); done

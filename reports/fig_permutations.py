@@ -65,6 +65,16 @@ def _measured_table(timed: pd.DataFrame, exp: str, fp: str) -> pd.DataFrame:
     return permstudy.speedup_table(t, metric="median_ns").dropna() if len(t) else pd.DataFrame()
 
 
+def _panels(
+    table: pd.DataFrame, measured: pd.DataFrame, cache: str, min_layers: int = 1
+) -> dict[str, pd.DataFrame]:
+    """The simulated table and, when orders were timed on enough layers, the measured one beside it."""
+    panels = {f"simulated ({cache})": table}
+    if len(measured) and measured.shape[1] >= min_layers:
+        panels["measured"] = measured
+    return panels
+
+
 def signatures(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
     """Fig 4.3: cycles per order in SJT order, per layer (simulated), with measured time beside it."""
     sim = _sim(out_dir)
@@ -124,13 +134,17 @@ def signatures(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
     return figures
 
 
-def _winner_fig(table: pd.DataFrame, title: str) -> plt.Figure:
-    fig, ax = plt.subplots(figsize=(8, 3.5))
-    avg, worst = table.mean(axis=1).sort_values(), table.min(axis=1)
-    ax.plot(range(len(avg)), avg.to_numpy(), label="average over layers")
-    ax.plot(range(len(avg)), worst[avg.index].to_numpy(), lw=0.6, label="worst case (same order)")
-    ax.set(xlabel="orders sorted by average speedup", ylabel="speedup vs per-layer best", title=title)
-    ax.legend()
+def _winner_fig(panels: dict[str, pd.DataFrame]) -> plt.Figure:
+    fig, axes = plt.subplots(1, len(panels), figsize=(8 * len(panels), 3.5), squeeze=False)
+    for ax, (name, table) in zip(axes[0], panels.items(), strict=True):
+        avg, worst = table.mean(axis=1).sort_values(), table.min(axis=1)
+        ax.plot(range(len(avg)), avg.to_numpy(), label="average over layers")
+        ax.plot(range(len(avg)), worst[avg.index].to_numpy(), lw=0.6, label="worst case (same order)")
+        ax.set(
+            xlabel="orders sorted by average speedup", ylabel="speedup vs per-layer best",
+            title=f"{name}, {table.shape[0]} orders, {table.shape[1]} layers",
+        )  # fmt: skip
+        ax.legend()
     return fig
 
 
@@ -148,17 +162,25 @@ def winners(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
         table = permstudy.speedup_table(part)
         w = permstudy.winners(table)
         thesis = perm.order_text(perm.THESIS_BEST_AVERAGE)
-        fig = _winner_fig(table, f"simulated ({cache}), {table.shape[1]} layers")
+        tt = _measured_table(timed, exp, fp)
+        fig = _winner_fig(_panels(table, tt, cache))
         data = pd.DataFrame(
             {"order": table.index, "average": table.mean(axis=1), "worst": table.min(axis=1)}
         ).reset_index(drop=True)
         measured_txt = ""
-        tt = _measured_table(timed, exp, fp)
         if len(tt):
             tw = permstudy.winners(tt)
+            sim_best = w["top_average"]["order"]
+            transfer = (
+                f"; the simulated winner measures {tt.mean(axis=1)[sim_best]:.3f}"
+                if sim_best in tt.index
+                else ""
+            )
             measured_txt = (
-                f"; measured ({len(tt)} orders timed on every layer): top average "
-                f"{tw['top_average']['order']} {tw['top_average']['average']:.3f}"
+                f"; measured ({len(tt)} orders timed on {tt.shape[1]} layers): top average "
+                f"{tw['top_average']['order']} {tw['top_average']['average']:.3f} (worst "
+                f"{tw['top_average']['worst']:.3f}), top worst-case {tw['top_worst']['order']} "
+                f"{tw['top_worst']['worst']:.3f}{transfer}"
             )
             measured = pd.DataFrame({"order": tt.index, "measured_average": tt.mean(axis=1)})
             data = data.merge(measured.reset_index(drop=True), on="order", how="left")
@@ -187,16 +209,6 @@ def winners(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
             )
         )  # fmt: skip
     return figures
-
-
-def _panels(
-    table: pd.DataFrame, measured: pd.DataFrame, cache: str, min_layers: int = 1
-) -> dict[str, pd.DataFrame]:
-    """The simulated table and, when orders were timed on enough layers, the measured one beside it."""
-    panels = {f"simulated ({cache})": table}
-    if measured.shape[1] >= min_layers:
-        panels["measured"] = measured
-    return panels
 
 
 def pairs(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:

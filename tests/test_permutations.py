@@ -264,6 +264,13 @@ def test_pairs_and_sorted_speedups_put_measured_beside_simulated(tmp_path: Path)
     assert f"measured: hardest of 2 layers has {good}/90 orders" in fig54.measured
     assert "simulated (loki): hardest of 2 layers has" in fig54.measured and "/720 orders" in fig54.measured
 
+    tw = permstudy.winners(measured)["top_average"]
+    (fig47,) = fp_mod.winners(summary, out)
+    assert (
+        f"measured (90 orders timed on 2 layers): top average {tw['order']} {tw['average']:.3f}"
+        in fig47.measured
+    )
+
     # nothing timed: the simulated panel alone, as before
     (alone,) = fp_mod.pairs(summary.iloc[0:0], out)
     assert "measured" not in alone.measured
