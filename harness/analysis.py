@@ -60,6 +60,7 @@ SUMMARY_COLUMNS: list[str] = [
     "pct_peak_median_ci_high",
     "cov",
     "round_medians_ns",
+    "round_times",
 ]
 
 #: Summary columns that are NaN unless the unit is ok.
@@ -119,16 +120,43 @@ def n_rounds(rounds: object) -> int:
     return 0 if rounds is None or isinstance(rounds, float) else len(rounds)
 
 
-def round_ratio(rounds_a: object, rounds_b: object) -> tuple[float, float, float]:
-    """Speed of A over speed of B round by round (B's time / A's time, rounds paired in order): (median,
-    min, max) over the rounds. Rounds of one run are interleaved, so a slow minute of the host slows both
-    sides of a pair; NaNs when the two were not timed in the same number of rounds."""
+#: Rounds of two candidates further apart than this are not paired: the host drifts over minutes.
+PAIR_WINDOW_S = 600.0
+
+
+def round_ratio(
+    rounds_a: object, rounds_b: object, times_a: object = None, times_b: object = None
+) -> tuple[float, float, float]:
+    """Speed of A over speed of B round by round (B's time / A's time): (median, min, max) over the pairs.
+    Rounds of one run are interleaved, so a slow minute of the host slows both sides of a pair.
+
+    With the rounds' times (``round_times``) each round of A is paired with B's round nearest in time, if
+    within :data:`PAIR_WINDOW_S` (a baseline re-timed beside every confirmation of a growing search has
+    more rounds than any one candidate); without them rounds are paired in order and must be as many.
+    NaNs when nothing pairs."""
     a = np.asarray(rounds_a if rounds_a is not None else [], dtype=float)
     b = np.asarray(rounds_b if rounds_b is not None else [], dtype=float)
-    if a.size == 0 or a.size != b.size:
+    ta, tb = _seconds(times_a, a.size), _seconds(times_b, b.size)
+    if ta is not None and tb is not None and a.size and b.size:
+        gap = np.abs(ta[:, None] - tb[None, :])
+        nearest = gap.argmin(axis=1)
+        close = gap[np.arange(a.size), nearest] <= PAIR_WINDOW_S
+        if not close.any():
+            return math.nan, math.nan, math.nan
+        ratios = b[nearest[close]] / a[close]
+    elif a.size == 0 or a.size != b.size:
         return math.nan, math.nan, math.nan
-    ratios = b / a
+    else:
+        ratios = b / a
     return float(np.median(ratios)), float(ratios.min()), float(ratios.max())
+
+
+def _seconds(times: object, n: int) -> np.ndarray | None:
+    """ISO times as epoch seconds, or None unless there is one per round."""
+    if times is None or isinstance(times, float) or len(times) != n:  # type: ignore[arg-type]
+        return None
+    stamps = pd.to_datetime(pd.Series(list(times)), utc=True, format="ISO8601")  # type: ignore[arg-type]
+    return (stamps - pd.Timestamp(0, tz="UTC")).dt.total_seconds().to_numpy()
 
 
 def _flags(rows: pd.DataFrame) -> list[str]:
@@ -200,6 +228,8 @@ def summarize(df: pd.DataFrame) -> pd.DataFrame:
             lo, hi = median_ci(times)
             per_row = [store.round_medians(r) for _, r in rows.iterrows()]  # the unit is ok: every row
             rounds = [t for row_rounds in per_row for t in row_rounds]
+            when = [store.round_times(r) for _, r in rows.iterrows()]
+            perf["round_times"] = None if any(w is None for w in when) else [t for w in when for t in w]
             if any(len(row_rounds) > 1 for row_rounds in per_row):
                 # timed in interleaved rounds: each round weighs the same (store.perf_fields), and the
                 # interval is the range of the round medians (for 3 rounds, 75% coverage of the median)

@@ -90,6 +90,10 @@ def harness_commit() -> str | None:
     return head + ("-dirty" if dirty else "")
 
 
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
+
+
 def _base_row(exp: Experiment, cand: Candidate, m: machine_mod.Machine) -> dict[str, Any]:
     w = exp.workload
     return {
@@ -140,7 +144,7 @@ def _base_row(exp: Experiment, cand: Candidate, m: machine_mod.Machine) -> dict[
         "gflops_median": None,
         "pct_peak_min": None,
         "pct_peak_median": None,
-        "timestamp": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "timestamp": _now(),
         "harness_version": HARNESS_VERSION,
     }
 
@@ -206,7 +210,8 @@ def run_experiment(
     if strategy is not None:
         rows = _run_search(exp, m, peaks, tensors, exp_flags, say, todo, strategy)
         if exp.timing.rounds > 1:
-            rows = _interleaved_rounds(exp, m, tensors, say, rows, _confirmed(exp, m, say))
+            libs, found = _confirmed(exp, m, say)
+            rows = _interleaved_rounds(exp, m, tensors, say, rows, found, beside=libs)
         return rows
     rows = _measure_batch(exp, m, peaks, tensors, exp_flags, say, [c for c, _ in todo], time.monotonic())
     if exp.timing.rounds > 1:
@@ -274,19 +279,25 @@ def _stored_rows(exp: Experiment, m: machine_mod.Machine) -> pd.DataFrame:
     ]
 
 
-def _confirmed(exp: Experiment, m: machine_mod.Machine, say: Callable[[str], None]) -> list[Candidate]:
-    """What a search's timing rounds re-time: the baselines and the ``search.confirm`` best candidates
-    found (every run of the search so far, by median % of peak), so the search's winner and the libraries
-    are compared in the same minutes rather than hours apart."""
+def _confirmed(
+    exp: Experiment, m: machine_mod.Machine, say: Callable[[str], None]
+) -> tuple[list[Candidate], list[Candidate]]:
+    """What a search's timing rounds re-time: the ``search.confirm`` best candidates found (every run of
+    the search so far, by median % of peak) and, beside them, the baselines, so the search's winner and
+    the libraries are compared in the same minutes rather than hours apart."""
     assert exp.search is not None
     mine = _stored_rows(exp, m)
     if mine.empty:
-        return []
+        return [], []
     ok = mine[(mine["status"] == "ok") & mine["pct_peak_median"].notna()]
     libs = ok[ok["candidate_kind"] == "baseline"]
     found = ok[ok["candidate_kind"] != "baseline"].nlargest(exp.search.confirm, "pct_peak_median")
+    return _candidates_of(libs, exp, say), _candidates_of(found, exp, say)
+
+
+def _candidates_of(rows: pd.DataFrame, exp: Experiment, say: Callable[[str], None]) -> list[Candidate]:
     out = []
-    for r in pd.concat([libs, found]).itertuples():
+    for r in rows.itertuples():
         opts = json.loads(r.candidate_options or "{}")
         cand = Candidate(str(r.candidate_kind), str(r.candidate_text), tuple(opts.items()))
         if cand.key == r.candidate_key:
@@ -465,49 +476,59 @@ def _interleaved_rounds(
     say: Callable[[str], None],
     fresh: list[dict[str, Any]],
     cands: Sequence[Candidate],
+    beside: Sequence[Candidate] = (),
 ) -> list[dict[str, Any]]:
     """Rounds 2..``timing.rounds``: every ok candidate of ``cands`` is timed (and checked) once more
     per round, the order rotated from round to round, and its row rewritten with the pooled times. Rows
     just measured and stored ones with fewer rounds (an interrupted or shorter earlier run) are topped
-    up; a row whose generated source has changed since is left as it is. Returns the rows rewritten or
-    written."""
+    up; a row whose generated source has changed since is left as it is. Whenever any of them is due,
+    the candidates of ``beside`` (a search's baselines) are timed in every round as well, whatever they
+    already have, so each confirmation of a growing search has them in the same minutes
+    (:func:`harness.analysis.round_ratio` pairs rounds by time). Returns the rows rewritten or written."""
     want = exp.timing.rounds
     by_key = {r["candidate_key"]: r for r in fresh}
-    units: list[tuple[Candidate, dict[str, Any]]] = []
-    for cand in cands:
+    extra = {c.key for c in beside}
+    units: list[tuple[Candidate, dict[str, Any], int]] = []  # candidate, row, rounds to add
+    for cand in dict.fromkeys([*cands, *beside]):
         row = by_key.get(cand.key)
         if row is None:
             row = store.read_row(exp.results_dir, exp.name, _row_id(exp, cand, m))
-        if row is not None and row["status"] == "ok" and _rounds_of(row) < want:
-            units.append((cand, row))
+        if row is not None and row["status"] == "ok":
+            units.append((cand, row, want - _rounds_of(row)))
+    if not any(add > 0 for c, _, add in units if c.key not in extra):
+        units = [u for u in units if u[2] > 0]  # a plain top-up: nothing to time beside
+    else:
+        units = [(c, r, want - 1 if c.key in extra else add) for c, r, add in units]
+        units = [u for u in units if u[2] > 0]
     if not units:
         return fresh
-    sources = [render(c, exp.workload) for c, _ in units]
+    sources = [render(c, exp.workload) for c, _, _ in units]
     builds = build_many(sources, exp.compiler, exp.cache_dir / "so")
     work = []
-    for (cand, row), src, built in zip(units, sources, builds, strict=True):
+    for (cand, row, add), src, built in zip(units, sources, builds, strict=True):
         if src.source_hash != row["source_hash"]:
             say(f"[{exp.name}] {cand.label()}: generated source changed since it was measured, not re-timed")
         elif not built.ok:
             first = next(iter(built.error.strip().splitlines()), "")
             say(f"[{exp.name}] {cand.label()}: no longer compiles, not re-timed: {first}")
         else:
-            work.append((cand, row, src, built))
-    total = sum(want - _rounds_of(row) for _, row, _, _ in work)
+            work.append((cand, row, src, built, add))
+    total = sum(add for *_, add in work)
     start, n = time.monotonic(), 0
-    for r in range(1, want):
-        due = [u for u in work if _rounds_of(u[1]) == r and u[1]["status"] == "ok"]
-        shift = r * len(due) // want  # each round starts elsewhere in the list
-        for cand, row, src, built in due[shift:] + due[:shift]:
+    for p in range(want - 1):
+        # a row missing k rounds joins the last k passes
+        due = [u for u in work if p >= want - 1 - u[4] and u[1]["status"] == "ok"]
+        shift = (p + 1) * len(due) // want  # each pass starts elsewhere in the list
+        for cand, row, src, built, _ in due[shift:] + due[:shift]:
             _one_more_round(exp, src, built, tensors, row)
             store.write_row(exp.results_dir, row)
             n += 1
             elapsed = time.monotonic() - start
             say(
-                f"[{exp.name}] round {r + 1}/{want} {n}/{total} elapsed {elapsed:.0f}s "
+                f"[{exp.name}] round {p + 2}/{want} {n}/{total} elapsed {elapsed:.0f}s "
                 f"ETA {elapsed / n * (total - n):.0f}s | {cand.label()}: {row['status']}"
             )
-    rewritten = {r["candidate_key"]: r for _, r, _, _ in work}
+    rewritten = {r["candidate_key"]: r for _, r, *_ in work}
     return [rewritten.pop(r["candidate_key"], r) for r in fresh] + list(rewritten.values())
 
 
@@ -524,9 +545,11 @@ def _one_more_round(
         return
     new = [float(t) for t in res.times_ns]
     medians = [*store.round_medians(row), float(np.median(new))]
+    when = store.round_times(row)
     row.update(
         store.perf_fields([*row["times_ns"], *new], exp.workload.flops, row["peak_gflops"], None, medians)
     )
+    row["round_times"] = [*when, _now()] if when is not None else None
     old = json.loads(row["counters"] or "{}")
     row["counters"] = json.dumps({e: [*old.get(e, []), *v] for e, v in res.counters.items()})
     kept = [f for f in json.loads(row["flags"]) if not f.startswith("noisy:")]  # the CoV is recomputed

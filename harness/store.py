@@ -102,6 +102,10 @@ COLUMNS: OrderedDict[str, tuple[pa.DataType, str]] = OrderedDict(
             "round_medians_ns",
             (pa.list_(F64), "median time of each interleaved timing round (timing.rounds), in round order"),
         ),
+        (
+            "round_times",
+            (pa.list_(STR), "ISO 8601 time of each timing round, in round order (null: one round only)"),
+        ),
     ]
 )
 
@@ -119,6 +123,7 @@ OPTIONAL_COLUMNS: dict[str, Any] = {
     "timing_batch": None,
     "impl": None,
     "round_medians_ns": None,
+    "round_times": None,
 }
 
 #: Arrow schema of a row file; field metadata carries the descriptions.
@@ -144,6 +149,7 @@ PERF_COLUMNS: tuple[str, ...] = (
     "pct_peak_min",
     "pct_peak_median",
     "round_medians_ns",
+    "round_times",
 )
 
 JSON_COLUMNS: tuple[str, ...] = (
@@ -251,6 +257,16 @@ def round_medians(row: Mapping[str, Any]) -> list[float]:
         return [float(t) for t in medians]
     times = row.get("times_ns")
     return [float(np.median(np.asarray(times, dtype=float)))] if times is not None and len(times) else []
+
+
+def round_times(row: Mapping[str, Any]) -> list[str] | None:
+    """When each of an ok row's rounds was timed: its ``round_times``; for a row timed in one round, its
+    timestamp; None for rows whose rounds predate the column (their times are unknown)."""
+    times = row.get("round_times")
+    if times is not None and not _is_null(times) and len(times):
+        return [str(t) for t in times]
+    stamp = row.get("timestamp")
+    return [str(stamp)] if len(round_medians(row)) == 1 and stamp else None
 
 
 def _is_null(value: Any) -> bool:

@@ -78,8 +78,10 @@ def _runs(part: pd.DataFrame) -> pd.DataFrame:
         for seed, idx in json.loads(getattr(r, "search_runs", "[]") or "[]"):
             lines.append({"workload": r.workload, "seed": seed, "index": idx, "perf": r.pct_peak_median,
                           "ok": r.ok, "label": r.label, "text": r.candidate_text,
-                          "rounds": getattr(r, "round_medians_ns", None)})  # fmt: skip
-    return pd.DataFrame(lines, columns=["workload", "seed", "index", "perf", "ok", "label", "text", "rounds"])
+                          "rounds": getattr(r, "round_medians_ns", None),
+                          "round_times": getattr(r, "round_times", None)})  # fmt: skip
+    columns = ["workload", "seed", "index", "perf", "ok", "label", "text", "rounds", "round_times"]
+    return pd.DataFrame(lines, columns=columns)
 
 
 def _runs_of(summary: pd.DataFrame, exps: dict[str, str], column: str) -> pd.DataFrame:
@@ -260,7 +262,9 @@ def best_vs_onednn(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
             best = r.loc[first.idxmax()] if len(first) else None
             fast = lib.loc[one.idxmax()] if len(lib) else None
             ratio = (
-                round_ratio(best["rounds"], fast["round_medians_ns"])
+                round_ratio(
+                    best["rounds"], fast["round_medians_ns"], best["round_times"], fast.get("round_times")
+                )
                 if best is not None and fast is not None and n_rounds(best["rounds"]) > 1
                 else (np.nan, np.nan, np.nan)
             )

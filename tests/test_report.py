@@ -263,6 +263,29 @@ def test_round_ratio_pairs_rounds_in_order_and_summary_keeps_them() -> None:
     assert list(s.loc["new", "round_medians_ns"]) == [105.0, 305.0]
 
 
+def test_round_ratio_pairs_rounds_by_time_when_their_times_are_known() -> None:
+    """A baseline re-timed beside two confirmations of a growing search has 5 rounds; a candidate of the
+    second confirmation is paired with the baseline's rounds of its own minutes, not with rounds 1-3."""
+
+    def at(*seconds: float) -> list[str]:
+        return [f"2026-11-24T08:{int(s // 60):02d}:{s % 60:06.3f}+00:00" for s in seconds]
+
+    base = [200.0, 200.0, 200.0, 400.0, 400.0]  # the host got 2x slower before the second confirmation
+    base_t = ["2026-11-24T08:00:00+00:00", *at(60, 70, 1500, 1510)]  # rows before ms: seconds
+    cand = [200.0, 200.0, 200.0]  # found and confirmed in the slow period: 2x faster than the baseline
+    assert analysis.round_ratio(cand, base, at(1400, 1505, 1515), base_t) == (2.0, 2.0, 2.0)
+    assert all(np.isnan(analysis.round_ratio(cand, base)))  # without times: 3 vs 5 rounds do not pair
+    # a round more than PAIR_WINDOW_S from every baseline round is left out; none left: NaN
+    assert analysis.round_ratio(cand, base, at(850, 1505, 1515), base_t) == (2.0, 2.0, 2.0)
+    assert analysis.round_ratio([100.0], base, at(600), base_t)[0] == 2.0  # 530 s from the round at 70 s
+    assert all(np.isnan(analysis.round_ratio([100.0], base, at(800), base_t)))
+    # the summary carries the times of every round
+    row = make_row(candidate="c", times=[100.0, 110.0, 300.0, 310.0])
+    row.update(round_medians_ns=[105.0, 305.0], round_times=at(0, 60))
+    s = analysis.summarize(frame([row])).iloc[0]
+    assert list(s["round_times"]) == at(0, 60)
+
+
 def test_a_noisy_round_with_many_repetitions_does_not_outweigh_the_others() -> None:
     # round 1 ran on a noisy host to 50 repetitions, rounds 2 and 3 converged in 5: pooled, the slow round
     # would be the median; each round weighs the same instead

@@ -8,9 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 
-from harness import store
+from harness import analysis, store
 from harness.check import CheckConfig
 from harness.experiment import Experiment, run_experiment
 from harness.sanity import SanityConfig
@@ -152,6 +154,46 @@ def test_search_rounds_retime_the_best_found_and_the_baselines(tmp_path: Path, s
     if lib["status"].iloc[0] == "ok":  # oneDNN is installed by the project's setup; elsewhere unsupported
         assert len(lib["round_medians_ns"].iloc[0]) == 3
     assert any("round 3/3" in m for m in msgs)
+
+
+def test_a_growing_search_retimes_the_baselines_beside_each_confirmation(
+    tmp_path: Path, shared_cache: Path
+) -> None:
+    """Resuming a confirmed search to a larger budget confirms the new draws and times the baseline again
+    in the same passes (its rounds grow from 2 to 3), every round with its time, so the new draws are
+    paired with the baseline's rounds of their own minutes; draws confirmed before are left alone."""
+    space = {**SPACE, "library_baselines": ["onednn"]}
+
+    def run(budget: int) -> pd.DataFrame:
+        e = _experiment(tmp_path, shared_cache, "random", budget, space)
+        e.search = dataclasses.replace(e.search, confirm=10)  # every draw is among the best 10
+        e.timing = dataclasses.replace(e.timing, rounds=2)
+        run_experiment(e, progress=lambda _m: None)
+        return store.load(tmp_path, "search_random").set_index("candidate_key")
+
+    first = run(2)
+    lib_key = first.index[first["candidate_kind"] == "baseline"][0]
+    if first.loc[lib_key, "status"] != "ok":
+        pytest.skip("oneDNN is not installed here (the project's setup installs it)")
+    assert len(first.loc[lib_key, "round_medians_ns"]) == 2
+    second = run(3)
+    new = second.index.difference(first.index)
+    assert len(new) == 1
+    lib = second.loc[lib_key]
+    assert len(lib["round_medians_ns"]) == 3 and len(lib["round_times"]) == 3
+    assert list(lib["round_times"][:2]) == list(first.loc[lib_key, "round_times"])
+    for key in first.index.drop(lib_key):  # confirmed in the first run: untouched
+        assert list(second.loc[key, "round_medians_ns"]) == list(first.loc[key, "round_medians_ns"])
+    drawn = second.loc[new[0]]
+    assert len(drawn["round_medians_ns"]) == 2
+    # the new draw's second round pairs with the baseline's third (same pass), not its second
+    when = pd.to_datetime(pd.Series([*drawn["round_times"], *lib["round_times"]]), format="ISO8601")
+    assert abs(when[1] - when[4]) < abs(when[1] - when[3])
+    assert not np.isnan(
+        analysis.round_ratio(
+            drawn["round_medians_ns"], lib["round_medians_ns"], drawn["round_times"], lib["round_times"]
+        )[0]
+    )
 
 
 SPACE_VARIANTS = {
