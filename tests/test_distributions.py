@@ -160,6 +160,35 @@ def test_fig6_3_pairs_the_confirmation_rounds_with_onednn(tmp_path) -> None:  # 
     assert table["resnet18_03"]["ratio max"] == pytest.approx(100 / 90, abs=0.01)
 
 
+def test_fig6_3_pairs_the_best_of_1000_with_the_onednn_rounds_of_its_own_minutes(tmp_path) -> None:  # noqa: ANN001
+    """A layer searched to 100 draws and confirmed, then resumed to 1000 and confirmed again: oneDNN has 5
+    rounds, 3 from each confirmation's minutes (the host 2x slower at the second). Each best is paired
+    with the oneDNN rounds nearest in time: both are ahead, though the best of 1000 is slower in ns than
+    oneDNN's first rounds."""
+    import pandas as pd
+
+    from reports import fig_conv_dse as fig
+
+    def at(*minutes: int) -> list[str]:
+        return [f"2026-11-24T{8 + m // 60:02d}:{m % 60:02d}:00+00:00" for m in minutes]
+
+    perfs = [50.0] * 1000
+    perfs[40], perfs[700] = 80.0, 85.0
+    draws = _summary(fig.RANDOM, "yolo9000_12", perfs)
+    draws["round_medians_ns"] = [[1.0]] * 1000
+    draws["round_times"] = [None] * 1000
+    draws.at[40, "round_medians_ns"], draws.at[40, "round_times"] = [90.0, 90.0, 90.0], at(5, 10, 11)
+    draws.at[700, "round_medians_ns"], draws.at[700, "round_times"] = [150.0] * 3, at(95, 100, 101)
+    one = _summary(fig.RANDOM, "yolo9000_12", [70.0], kind="baseline", texts=["onednn"])
+    one["round_medians_ns"] = [[100.0, 100.0, 100.0, 200.0, 200.0]]
+    one["round_times"] = [at(0, 10, 11, 100, 101)]
+    (f,) = fig.best_vs_onednn(pd.concat([draws, one], ignore_index=True), tmp_path)
+    row = next(r for r in f.table if r.get("layer") == "yolo9000_12")
+    assert row["ratio min"] == pytest.approx(100 / 90, abs=0.01)
+    assert row["ratio 1000 min"] == pytest.approx(200 / 150, abs=0.01)
+    assert "best of 1000 paired by round time on 1 layers: ahead in every round on 1" in f.measured
+
+
 def test_strategies_figure_compares_bests_raw_and_against_each_runs_onednn(tmp_path) -> None:  # noqa: ANN001
     import pandas as pd
 
