@@ -57,12 +57,30 @@ def _one_thread(sim: pd.DataFrame) -> pd.DataFrame:
 
 def _measured_table(timed: pd.DataFrame, exp: str, fp: str) -> pd.DataFrame:
     """orders x layers of measured best / time (1 thread, partial sums) for simulation experiment ``exp``
-    on machine ``fp``, over the orders timed on every layer; empty when nothing was timed."""
+    on machine ``fp``: the layers timed on the most orders, over the orders timed on all of them (a big
+    layer timed on a sample of orders would otherwise cut every layer down to that sample); the layers
+    left out, with their counts, in ``attrs["left_out"]``. Empty when nothing was timed."""
     t = _timed_for(timed, exp)
     if t.empty:
         return pd.DataFrame()
     t = t[(t["machine_fingerprint"] == fp) & t["partial_sums"]]
-    return permstudy.speedup_table(t, metric="median_ns").dropna() if len(t) else pd.DataFrame()
+    if t.empty:
+        return pd.DataFrame()
+    table = permstudy.speedup_table(t, metric="median_ns")
+    n = table.notna().sum(axis=0)
+    out = table.loc[:, n == n.max()].dropna()
+    out.attrs["left_out"] = {str(k): int(v) for k, v in n[n < n.max()].items()}
+    return out
+
+
+def _left_out(measured: pd.DataFrame) -> str:
+    gone = measured.attrs.get("left_out") or {}
+    return (
+        "; timed on fewer orders, left out of the measured panel: "
+        + ", ".join(f"{k} ({v} orders)" for k, v in gone.items())
+        if gone
+        else ""
+    )
 
 
 def _panels(
@@ -180,7 +198,7 @@ def winners(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
                 f"; measured ({len(tt)} orders timed on {tt.shape[1]} layers): top average "
                 f"{tw['top_average']['order']} {tw['top_average']['average']:.3f} (worst "
                 f"{tw['top_average']['worst']:.3f}), top worst-case {tw['top_worst']['order']} "
-                f"{tw['top_worst']['worst']:.3f}{transfer}"
+                f"{tw['top_worst']['worst']:.3f}{transfer}{_left_out(tt)}"
             )
             measured = pd.DataFrame({"order": tt.index, "measured_average": tt.mean(axis=1)})
             data = data.merge(measured.reset_index(drop=True), on="order", how="left")
@@ -248,7 +266,7 @@ def pairs(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
         figures.append(
             _paper(
                 "permutations_fig5_3", fp, _cpu(part),
-                measured="; ".join(text),
+                measured="; ".join(text) + _left_out(panels.get("measured", pd.DataFrame())),
                 verdict="reproduced" if ours >= meta["top_pair_average"] - 0.02 else "partial"
                 if ours >= 0.9 else "differs",
                 statistic="oracle max over the pair per layer, mean over layers, simulated; reproduced if "
@@ -296,7 +314,7 @@ def sorted_speedups(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
         figures.append(
             _paper(
                 "permutations_fig5_4", fp, _cpu(part),
-                measured="; ".join(text),
+                measured="; ".join(text) + _left_out(panels.get("measured", pd.DataFrame())),
                 verdict="reproduced" if p26s[0] >= 0.95 else "partial" if p26s[0] >= 0.8 else "differs",
                 statistic="hypergeometric (draws without replacement) from the hardest layer's count of good "
                 "orders, simulated; reproduced if 26 draws give >= 0.95 as in the thesis",

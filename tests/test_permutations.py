@@ -242,16 +242,24 @@ def test_pairs_and_sorted_speedups_put_measured_beside_simulated(tmp_path: Path)
                 "machine_fingerprint": fingerprint, "cpu_model": "test cpu",
                 "experiment": permstudy.timed_experiment_name("permutations", layer),
             })  # fmt: skip
+    big = {"k": 6, "c": 3, "h": 4, "w": 5, "r": 2, "s": 2}  # a third layer, timed on 10 orders only
+    permstudy.run_simulations(
+        tmp_path, "permutations", {"c": big}, [cachesim.load_config("loki")], say=lambda _m: None
+    )
+    for k, o in enumerate(timed_orders[:10]):
+        rows.append({**rows[0], "workload": "perm-c", "label": perm.scheme_text(o), "median_ns": 1.0 + k,
+                     "experiment": permstudy.timed_experiment_name("permutations", "c")})  # fmt: skip
     summary = pd.DataFrame(rows)
     out = tmp_path / "report" / "figures"
     out.mkdir(parents=True)
 
-    measured = permstudy.speedup_table(permstudy.timed_frame(summary), metric="median_ns")
+    timed = permstudy.timed_frame(summary)
+    measured = permstudy.speedup_table(timed[timed["layer"] != "c"], metric="median_ns")
     assert measured.shape == (90, 2)
     pr = permstudy.best_pairs(measured)
     best = pr.loc[pr["average"].idxmax()]
     (fig53,) = fp_mod.pairs(summary, out)
-    assert "simulated (loki) (2 layers)" in fig53.measured
+    assert "simulated (loki) (3 layers)" in fig53.measured
     assert (
         f"measured (2 layers): best pair {best['a']} + {best['b']}: average {best['average']:.3f}"
         in fig53.measured
@@ -262,7 +270,7 @@ def test_pairs_and_sorted_speedups_put_measured_beside_simulated(tmp_path: Path)
     (fig54,) = fp_mod.sorted_speedups(summary, out)
     good = int((measured >= CLAIMS_GOOD()).sum(axis=0).min())
     assert f"measured: hardest of 2 layers has {good}/90 orders" in fig54.measured
-    assert "simulated (loki): hardest of 2 layers has" in fig54.measured and "/720 orders" in fig54.measured
+    assert "simulated (loki): hardest of 3 layers has" in fig54.measured and "/720 orders" in fig54.measured
 
     tw = permstudy.winners(measured)["top_average"]
     (fig47,) = fp_mod.winners(summary, out)
@@ -270,6 +278,7 @@ def test_pairs_and_sorted_speedups_put_measured_beside_simulated(tmp_path: Path)
         f"measured (90 orders timed on 2 layers): top average {tw['order']} {tw['average']:.3f}"
         in fig47.measured
     )
+    assert "timed on fewer orders, left out of the measured panel: c (10 orders)" in fig47.measured
 
     # nothing timed: the simulated panel alone, as before
     (alone,) = fp_mod.pairs(summary.iloc[0:0], out)
