@@ -95,6 +95,27 @@ def test_threads_idle_when_outer_loop_is_short() -> None:
     assert res["idle_threads"] == 1 and res["macs_simulated"] == 256
 
 
+def test_a_capped_simulation_still_sees_idle_threads() -> None:
+    """8 threads on an order whose outermost loop has 3 iterations: 3 threads do all the work. Capped,
+    every busy thread simulates cap / 8 MACs, so the prefix alone would make this order look as fast as
+    one that splits the work 8 ways; scaled to each thread's whole chunk it is about 8/3 slower, as it is
+    without a cap."""
+    sizes = {"k": 16, "c": 4, "h": 6, "w": 6, "r": 3, "s": 3}
+    short = cs.ConvNest(("ky", "o", "i", "y", "x", "kx"), sizes)  # 3 outer iterations
+    even = cs.ConvNest(("o", "ky", "i", "y", "x", "kx"), sizes)  # 16: 2 per thread
+    cap = 8 * 200
+    scales = cs.chunk_scales(short, 8, cap)
+    assert scales == [short.macs / 3 / 200] * 3 + [1.0] * 5
+    assert cs.chunk_scales(short, 8) == [1.0] * 8
+    loki = cs.load_config("loki")
+    for c in (cap, None):
+        a, b = (cs.simulate_nest(n, loki, threads=8, cap=c) for n in (short, even))
+        assert 2.0 < a["cycles"] / b["cycles"] < 3.5, (c, a["cycles"], b["cycles"])
+    capped = cs.simulate_nest(short, loki, threads=8, cap=cap)
+    assert capped["cycles_simulated"] == max(capped["cycles_per_thread"])
+    assert capped["cycles"] == pytest.approx(max(capped["cycles_per_thread"]) * scales[0])
+
+
 def test_configs_load_and_bad_ones_fail() -> None:
     loki = cs.load_config("loki")
     assert [lv.sets for lv in loki.levels] == [2048, 2048]
