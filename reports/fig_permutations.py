@@ -391,7 +391,7 @@ def threads(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
         common_layers = set.intersection(*(set(part[part["threads"] == t]["layer"]) for t in ts))
         part = part[part["layer"].isin(common_layers)]
         fig, ax = plt.subplots(figsize=(10, 3.5))
-        rows = []
+        rows, any_measured = [], False
         for t in ts:
             tab = permstudy.speedup_table(part[part["threads"] == t])
             avg = tab.mean(axis=1)
@@ -408,10 +408,10 @@ def threads(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
                 mt = permstudy.speedup_table(tm, metric="median_ns").dropna().mean(axis=1)
                 xs = [sjt_pos[o] for o in mt.index]
                 ax.plot(xs, mt.to_numpy(), "o", ms=3, c=line[0].get_color(), label=f"{t} thread(s), measured")
-        ax.set(
-            xlabel="SJT index", ylabel="average speedup", title=f"simulated ({cache}) and measured ({exp})"
-        )
-        ax.legend()
+                any_measured = True
+        what = f"simulated ({cache})" + (" and measured" if any_measured else "")
+        ax.set(xlabel="SJT index", ylabel="average speedup vs each layer's best", title=f"{exp}: {what}")
+        ax.legend(fontsize=8, bbox_to_anchor=(1.01, 1), loc="upper left")  # beside the curves
         data = pd.concat(rows)
         image, csv = _save(fig, data, out_dir, f"permutations_fig4_4-{exp}-{fp}")
         tmax = data[data["threads"] == ts[-1]]
