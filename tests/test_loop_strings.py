@@ -3,6 +3,7 @@ GEMM kernels checked against the reference (our BRGEMM core and libxsmm's)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -101,6 +102,8 @@ def _run(cand: lsm.Candidate, w: Workload, cache: Path, threads: int = 1) -> tup
     m = detect()
     if "avx2" not in m.isas:
         pytest.skip("this CPU cannot execute AVX2")
+    if threads > len(os.sched_getaffinity(0)):
+        pytest.skip(f"needs {threads} CPUs (this process may use {len(os.sched_getaffinity(0))})")
     tensors = make_tensors(w, 0, CheckConfig())
     timing = TimingConfig(**{**ONE_RUN.__dict__, "threads": threads})
     res = run_kernel(built.so_path, tensors, src.workspace_bytes, timing, (), None, cache)
