@@ -188,6 +188,11 @@ def run_experiment(
             "candidates as it proposes them: with a search, set search.confirm=K to re-time its best K "
             "candidates and the baselines in the rounds (or use timing.rounds=1)"
         )
+    if exp.search is None and exp.timing.race is not None:
+        raise ValueError(
+            "timing.race gives up on candidates slower than the best a search has found so far; without a "
+            "search every candidate is timed in full: drop timing.race or choose a search"
+        )
     strategy = _make_search(exp, m) if exp.search is not None else None  # bad search input fails first
     peaks = calibrate(m, cache_dir=exp.cache_dir)
     todo: list[tuple[Candidate, str]] = []
@@ -219,6 +224,24 @@ def run_experiment(
     return rows
 
 
+@dataclass
+class Race:
+    """Racing of a search (``timing.race``): a candidate gives up once its calls are slower than
+    ``factor`` x the best median time the search has found (baselines do not count: the search does not
+    know them)."""
+
+    factor: float
+    best_ns: float | None = None
+
+    def give_up_ns(self) -> float | None:
+        return None if self.best_ns is None else self.factor * self.best_ns
+
+    def seen(self, row: dict[str, Any]) -> None:
+        ns = row.get("median_ns")
+        if row["status"] == "ok" and row["candidate_kind"] != "baseline" and ns is not None and ns == ns:
+            self.best_ns = float(ns) if self.best_ns is None else min(self.best_ns, float(ns))
+
+
 def _measure_batch(
     exp: Experiment,
     m: machine_mod.Machine,
@@ -230,9 +253,11 @@ def _measure_batch(
     start: float,
     extra: Sequence[dict[str, Any]] | None = None,
     progress: tuple[int, int, dict[str, int]] | None = None,
+    race: Race | None = None,
 ) -> list[dict[str, Any]]:
-    """Render, build (in parallel), run, check and store ``cands``; ``extra`` adds columns per row and
-    ``progress`` = (done before, total, counts) continues a longer progress count."""
+    """Render, build (in parallel), run, check and store ``cands``; ``extra`` adds columns per row,
+    ``progress`` = (done before, total, counts) continues a longer progress count and ``race`` gives up
+    early on candidates far slower than the best so far."""
     rendered = [_render(c, exp.workload) for c in cands]
     sources = [r for r in rendered if isinstance(r, KernelSource)]
     builds = iter(build_many(sources, exp.compiler, exp.cache_dir / "so"))
@@ -247,8 +272,10 @@ def _measure_batch(
             row["status"], row["reason"] = src
         else:
             row["target"] = src.target
-            _measure(exp, m, peaks, src, next(builds), tensors, row)
+            _measure(exp, m, peaks, src, next(builds), tensors, row, race)
             row["flags"] = json.dumps(exp_flags + json.loads(row["flags"]))
+            if race is not None:
+                race.seen(row)
         store.write_row(exp.results_dir, row)
         rows.append(row)
         counts["ok" if row["status"] == "ok" else "failed"] += 1
@@ -368,6 +395,11 @@ def _run_search(
             libs.append(lib)
     budget = cfg.budget if cfg.budget is not None else 10**9
     total = budget if cfg.budget is not None else 0
+    race = None
+    if exp.timing.race is not None:
+        race = Race(exp.timing.race)
+        for r in _stored_rows(exp, m).to_dict("records"):  # a resumed search races its stored best
+            race.seen(r)
     if libs:
         extra = [{**search_cols, "search_index": None} for _ in libs]
         rows += _measure_batch(
@@ -392,7 +424,7 @@ def _run_search(
             done = len(rows) - len(libs)
             shown_total = max(total - resumed, done + len(new))
             got = _measure_batch(exp, m, peaks, tensors, exp_flags, say, new, start, extra,
-                                 (done, shown_total, counts))  # fmt: skip
+                                 (done, shown_total, counts), race)  # fmt: skip
             for c, r in zip(new, got, strict=True):
                 strategy.tell(c, r["pct_peak_median"] if r["status"] == "ok" else None)
             rows += got
@@ -410,6 +442,7 @@ def _measure(
     built: BuildResult,
     tensors: Sequence[Any],
     row: dict[str, Any],
+    race: Race | None = None,
 ) -> None:
     row.update(
         source_hash=src.source_hash, compiler_version=built.cc_version, cflags=built.flags,
@@ -422,7 +455,8 @@ def _measure(
         row["status"] = "unsupported"
         row["reason"] = f"this CPU ({m.model_name}) cannot execute {src.target}; compiled only"
         return
-    res, failure, other_pct = _run_checked(exp, src, built, tensors, row)
+    give_up = race.give_up_ns() if race is not None else None
+    res, failure, other_pct = _run_checked(exp, src, built, tensors, row, give_up)
     row.update(
         counter_backend=res.counter_backend,
         counters_unavailable=json.dumps(res.counters_unavailable),
@@ -438,11 +472,19 @@ def _measure(
     row["status"] = "ok"
     row["counters"] = json.dumps(res.counters)
     row.update(store.perf_fields([float(t) for t in res.times_ns], exp.workload.flops, row["peak_gflops"]))
-    row["flags"] = json.dumps(row_flags(exp.sanity, row["cov"], other_pct))
+    flags = row_flags(exp.sanity, row["cov"], other_pct)
+    if res.raced:
+        flags.append(f"raced: slower than {give_up:.4g} ns after {res.n_reps} calls, timing stopped")
+    row["flags"] = json.dumps(flags)
 
 
 def _run_checked(
-    exp: Experiment, src: KernelSource, built: BuildResult, tensors: Sequence[Any], row: dict[str, Any]
+    exp: Experiment,
+    src: KernelSource,
+    built: BuildResult,
+    tensors: Sequence[Any],
+    row: dict[str, Any],
+    give_up_ns: float | None = None,
 ) -> tuple[RunResult, tuple[str, str] | None, float]:
     """Time the built kernel on its pinned CPUs and check its output: (run result, (status, reason) if
     it failed or computed a wrong result, % of the pinned CPUs other processes used meanwhile).
@@ -450,8 +492,9 @@ def _run_checked(
     assert built.so_path is not None
     with CoreWatch(cpus_for(exp.timing)) as watch:
         res = run_kernel(
-            built.so_path, tensors, src.workspace_bytes, exp.timing, exp.counters, exp.limits, exp.cache_dir
-        )
+            built.so_path, tensors, src.workspace_bytes, exp.timing, exp.counters, exp.limits, exp.cache_dir,
+            give_up_ns=give_up_ns,
+        )  # fmt: skip
     if res.status != "ok" or res.output is None:
         return res, (res.status, res.reason), watch.other_pct
     chk = check_output(exp.workload, list(tensors), res.output, exp.check, exp.seed)

@@ -50,12 +50,18 @@ class TimingConfig:
     # once more, in a rotated order, so a drift of the host during the experiment shows up as dispersion
     # and as per-round ratios (harness.analysis.round_ratio) instead of biasing whoever ran in a slow minute
     rounds: int = 1
+    # racing, in a search: a draw whose calls are all slower than `race` x the best median found so far
+    # stops after one warm-up and two timed calls (its row is flagged "raced"), so hopeless draws, most of
+    # a random sample and nearly all of its time on big layers, cost 4 calls instead of 9; None: never
+    race: float | None = None
 
     def __post_init__(self) -> None:
         if self.batch < 1:
             raise ValueError(f"timing.batch must be >= 1, got {self.batch}")
         if self.rounds < 1:
             raise ValueError(f"timing.rounds must be >= 1, got {self.rounds}")
+        if self.race is not None and self.race <= 1:
+            raise ValueError(f"timing.race must be > 1 (a multiple of the best time so far), got {self.race}")
 
     cpu: int | None = None  # None: the last CPU this process may use (CPU 0 takes most interrupts)
     # OpenMP threads of a parallel kernel (Tpar/Tfused); > 1 runs on that many CPUs (cpus_for), 1 keeps
@@ -83,6 +89,7 @@ class RunResult:
     counters_unavailable: dict[str, str] = field(default_factory=dict)
     cold_method: str = "none"
     n_reps: int = 0
+    raced: bool = False  # timing stopped early: slower than give_up_ns (TimingConfig.race)
     threads: int = 1  # OMP_NUM_THREADS the kernel ran with
     cpus: list[int] = field(default_factory=list)  # the CPU set the child ran on
     impl: str = ""  # what a library kernel reported choosing (its IMPL_PREFIX line on stderr)
@@ -149,8 +156,11 @@ def run_kernel(
     limits: RunLimits | None = None,
     workdir: Path = Path("results/cache"),
     driver: Path | None = None,
+    give_up_ns: float | None = None,
 ) -> RunResult:
     """Run ``so_path`` on ``tensors`` (ABI order, output first) and time it; never raises for a bad kernel.
+
+    ``give_up_ns``: stop warming up and timing early once the calls are slower than this (racing).
 
     ``workdir`` holds the compiled driver; tensor files go to a temporary directory under TMP_ROOT
     (/dev/shm), or under ``workdir`` where that does not exist, and are removed in every case.
@@ -190,7 +200,7 @@ def run_kernel(
             "--max-reps", str(timing.max_reps), "--rel-ci", repr(timing.rel_ci),
             "--max-seconds", repr(timing.max_seconds), "--counters", ",".join(counters),
             "--cpus", ",".join(map(str, cpus)), "--threads", str(timing.threads),
-            "--batch", str(timing.batch),
+            "--batch", str(timing.batch), "--give-up-ns", repr(float(give_up_ns or 0.0)),
         ]  # fmt: skip
         # Pinned to one CPU, library threads would only contend with each other; a parallel kernel gets
         # its OpenMP threads (the driver sets OMP_NUM_THREADS), one per CPU of its set
@@ -254,6 +264,7 @@ def _parse(proc: subprocess.CompletedProcess[str], out_path: Path, output_like: 
         counters_unavailable=data["counters_unavailable"],
         cold_method=data["cold_method"],
         n_reps=data["n_reps"],
+        raced=bool(data.get("raced", False)),
         threads=int(data.get("threads", 1)),
         cpus=[int(c) for c in data.get("cpus", [])],
         impl=reported_impl(proc.stderr),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -129,6 +131,14 @@ def test_fig6_3_verdict_follows_the_comparison_with_onednn(tmp_path) -> None:  #
     f = figure(80.0, 60.0, short=52)
     assert f.verdict == "partial" and "left out (fewer than 100 draws): resnet18_03" in f.measured
     assert "2/2 layers" in f.measured
+    assert "raced" not in f.measured
+    # raced draws (timing.race) are counted per layer and said
+    parts = [_summary(fig.RANDOM, "resnet18_02", [50.0, 70.0, 20.0, 30.0]),
+             _summary(fig.RANDOM, "resnet18_02", [60.0], kind="baseline", texts=["onednn"])]  # fmt: skip
+    parts[0]["flags"] = ["", "", "raced: slower than 3e+06 ns after 2 calls, timing stopped", ""]
+    (f,) = fig.best_vs_onednn(pd.concat(parts, ignore_index=True), tmp_path)
+    assert "25% of the draws raced" in f.measured
+    assert pd.read_csv(tmp_path / Path(f.csv).name)["raced"].tolist() == [1]  # out_dir = tmp_path
 
 
 def test_fig6_3_pairs_the_confirmation_rounds_with_onednn(tmp_path) -> None:  # noqa: ANN001

@@ -198,6 +198,46 @@ def test_hot_warm_up_lasts_at_least_warmup_seconds(cache: Path) -> None:
     assert time.monotonic() - start >= 0.3  # the driver kept calling the kernel for 0.3 s
 
 
+COUNTING_SLEEPER = """
+#include <stdio.h>
+#include <unistd.h>
+int kernel(float *const *t, void *w) {{
+    (void)t; (void)w;
+    static int calls;
+    FILE *f = fopen("{path}", "w");
+    fprintf(f, "%d", ++calls);
+    fclose(f);
+    usleep({us});
+    return 0;
+}}
+"""
+
+
+@pytest.mark.parametrize(("sleep_us", "give_up_ns", "raced"), [(3000, 1e6, True), (0, 1e9, False)])
+def test_racing_gives_up_on_slow_calls_only(
+    cache: Path, tmp_path: Path, sleep_us: int, give_up_ns: float, raced: bool
+) -> None:
+    """A kernel slower than give_up_ns is called once to check, once to warm up and twice timed; a fast
+    one gets the whole protocol (3 warm-ups, at least 5 timed calls)."""
+    calls = tmp_path / "calls"
+    code = COUNTING_SLEEPER.format(path=calls, us=sleep_us)
+    timing = TimingConfig(mode="hot", warmup=3, min_reps=5, max_reps=20, rel_ci=1.0, max_seconds=5.0)
+    res = run_kernel(_so(code, cache), [np.zeros(16, np.float32)], 0, timing, (), RunLimits(), cache,
+                     give_up_ns=give_up_ns)  # fmt: skip
+    assert res.status == "ok", res.reason
+    assert res.raced is raced
+    if raced:
+        assert res.n_reps == 2 and int(calls.read_text()) == 1 + 1 + 2
+        assert min(res.times_ns) > give_up_ns
+    else:
+        assert res.n_reps >= 5 and int(calls.read_text()) == 1 + 3 + res.n_reps
+
+
+def test_race_must_be_a_multiple_above_one() -> None:
+    with pytest.raises(ValueError, match="timing.race must be > 1"):
+        TimingConfig(race=0.9)
+
+
 # -- threads: a parallel (OpenMP) kernel runs on as many cores as asked, a serial one on one -------------
 OMP_PROBE = """
 #include <omp.h>

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 import subprocess
 import sys
@@ -128,6 +129,36 @@ def test_random_search_end_to_end_checked_recorded_and_resumed(tmp_path: Path, s
     assert any("2 candidate(s) of the random search already measured" in m for m in msgs)
     stored = store.load(tmp_path, "search_random")
     assert sorted(stored["search_index"].tolist()) == [0, 1, 2]
+
+
+def test_racing_times_only_the_candidates_near_the_best_in_full(tmp_path: Path, shared_cache: Path) -> None:
+    """timing.race: a draw whose first two calls are both slower than race x the best median found before
+    it stops there and is flagged; every other draw gets all its calls. A search without racing would
+    time every draw 5 times (the check below fails if the driver ignores the threshold)."""
+    race = 1.01  # tiny layer, microseconds per call: most draws after the first are slower than the best
+    exp = _experiment(tmp_path, shared_cache, "random", 8)
+    exp.timing = dataclasses.replace(FAST_TIMING, warmup=1, min_reps=5, max_reps=5, race=race)
+    rows = run_experiment(exp, progress=lambda _m: None)
+    assert len(rows) == 8 and all(r["status"] == "ok" for r in rows), [r["reason"] for r in rows]
+    best, n_raced = None, 0
+    for r in sorted(rows, key=lambda r: r["search_index"]):
+        raced = any(f.startswith("raced") for f in json.loads(r["flags"]))
+        first_two = min(r["times_ns"][:2])
+        if raced:
+            n_raced += 1
+            assert best is not None and r["n_reps"] == 2 and first_two > race * best
+        else:
+            assert r["n_reps"] == 5 and (best is None or first_two <= race * best)
+            best = r["median_ns"] if best is None else min(best, r["median_ns"])
+    assert n_raced > 0, "no draw was raced"
+
+
+def test_racing_needs_a_search(tmp_path: Path, shared_cache: Path) -> None:
+    exp = _experiment(tmp_path, shared_cache, "random", 2)
+    exp.search = None
+    exp.timing = dataclasses.replace(FAST_TIMING, race=1.5)
+    with pytest.raises(ValueError, match="timing.race"):
+        run_experiment(exp, progress=lambda _m: None)
 
 
 def test_search_rounds_retime_the_best_found_and_the_baselines(tmp_path: Path, shared_cache: Path) -> None:

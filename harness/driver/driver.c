@@ -29,6 +29,7 @@
 
 #define MAX_TENSORS 16
 #define LINE 64
+#define RACE_REPS 2 /* timed calls of a raced draw: a median of two, so one slow call cannot decide */
 
 typedef int (*kernel_fn)(float *const *tensors, void *workspace);
 
@@ -200,6 +201,9 @@ int main(int argc, char **argv) {
     size_t ws_bytes = 0, align = 1024, flush_bytes = 64u << 20;
     long warmup = 3, min_reps = 5, max_reps = 50, batch = 1;
     double rel_ci = 0.02, max_seconds = 5.0, warmup_seconds = 0.0;
+    /* racing (a search's hopeless draws): once a call is slower than this, warm-ups stop and timing stops
+       after RACE_REPS calls whose fastest is still slower; 0 = never */
+    double give_up_ns = 0.0;
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -225,6 +229,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--max-reps")) max_reps = atol(v);
         else if (!strcmp(a, "--rel-ci")) rel_ci = atof(v);
         else if (!strcmp(a, "--max-seconds")) max_seconds = atof(v);
+        else if (!strcmp(a, "--give-up-ns")) give_up_ns = atof(v);
         else if (!strcmp(a, "--counters")) counters = v;
         else if (!strcmp(a, "--cpu")) cpu = atoi(v);
         else if (!strcmp(a, "--cpus")) cpus = v;
@@ -242,7 +247,7 @@ int main(int argc, char **argv) {
     if (max_reps < 1) max_reps = 1;
     if (batch < 1) fail("error", 2, "%s", "--batch must be >= 1");
 
-    if (threads < 1) fail("error", 2, "--threads must be >= 1, got %d", threads);
+    if (threads < 1) fail("error", 2, "%s", "--threads must be >= 1");
     if (cpus || cpu >= 0) {
         /* a serial kernel is pinned to one core; a parallel one to the set it asked for */
         cpu_set_t set;
@@ -322,8 +327,11 @@ int main(int argc, char **argv) {
         /* calls AND time: a microsecond kernel needs thousands of calls before the core, its caches and
            predictors settle (its first millisecond of repetitions ran about 2x slower) */
         uint64_t w0 = now_ns();
-        for (long i = 0; i < warmup || (now_ns() - w0) * 1e-9 < warmup_seconds; i++)
+        for (long i = 0; i < warmup || (now_ns() - w0) * 1e-9 < warmup_seconds; i++) {
+            uint64_t c0 = now_ns();
             check_rc(kernel(tensors, ws));
+            if (give_up_ns > 0 && (double)(now_ns() - c0) > give_up_ns) break;
+        }
     }
 
     /* Counters: first backend in --counters order that works; each failure keeps its reason. */
@@ -345,6 +353,8 @@ int main(int argc, char **argv) {
 
     double mean = 0, m2 = 0; /* Welford: the stopping rule needs the running mean and variance */
     long n = 0;
+    int raced = 0;
+    uint64_t fastest = UINT64_MAX;
     uint64_t start = now_ns();
     while (n < max_reps) {
         if (fresh && ws) ws = map_workspace(ws, ws_len);
@@ -366,6 +376,11 @@ int main(int argc, char **argv) {
         cyc[n] = (c1[0] - c0[0]) / batch;
         ins[n] = (c1[1] - c0[1]) / batch;
         n++;
+        if (times[n - 1] < fastest) fastest = times[n - 1];
+        if (give_up_ns > 0 && n >= RACE_REPS && (double)fastest > give_up_ns) {
+            raced = 1;
+            break;
+        }
         double x = (double)times[n - 1], d = x - mean;
         mean += d / n;
         m2 += d * (x - mean);
@@ -399,7 +414,7 @@ int main(int argc, char **argv) {
     }
     printf("},\"cold_method\":");
     json_str(method);
-    printf(",\"n_reps\":%ld,\"threads\":%d,\"cpus\":[", n, threads);
+    printf(",\"n_reps\":%ld,\"raced\":%s,\"threads\":%d,\"cpus\":[", n, raced ? "true" : "false", threads);
     for (int c = 0, first = 1; c < CPU_SETSIZE; c++)
         if (CPU_ISSET(c, &used)) printf(first ? "%d" : ",%d", c), first = 0;
     printf("]}\n");
