@@ -50,9 +50,9 @@ class TimingConfig:
     # once more, in a rotated order, so a drift of the host during the experiment shows up as dispersion
     # and as per-round ratios (harness.analysis.round_ratio) instead of biasing whoever ran in a slow minute
     rounds: int = 1
-    # racing, in a search: a draw whose calls are all slower than `race` x the best median found so far
-    # stops after one warm-up and two timed calls (its row is flagged "raced"), so hopeless draws, most of
-    # a random sample and nearly all of its time on big layers, cost 4 calls instead of 9; None: never
+    # racing, in a search: a draw whose first two timed calls are both slower than `race` x the best
+    # median found so far stops there (row flag "raced"), so the hopeless draws, most of a random sample,
+    # skip the repetitions the 2% CI rule asks of them; warm-ups are kept. None: never
     race: float | None = None
 
     def __post_init__(self) -> None:
@@ -160,7 +160,7 @@ def run_kernel(
 ) -> RunResult:
     """Run ``so_path`` on ``tensors`` (ABI order, output first) and time it; never raises for a bad kernel.
 
-    ``give_up_ns``: stop warming up and timing early once the calls are slower than this (racing).
+    ``give_up_ns``: stop timing after two calls if both were slower than this (racing).
 
     ``workdir`` holds the compiled driver; tensor files go to a temporary directory under TMP_ROOT
     (/dev/shm), or under ``workdir`` where that does not exist, and are removed in every case.
