@@ -46,9 +46,8 @@ clean-results:
 	rm -rf results/rows results/report results/done
 
 # The measurements behind the session notes (reports/measured/*.tar.xz, each a results directory's rows and
-# simulations) unpacked into RESULTS, so `harness report --results $(RESULTS)` rebuilds their figures and
-# a sweep run there resumes them instead of starting over.
+# simulations, written by `harness archive pack`) restored into RESULTS, so `harness report --results
+# $(RESULTS)` rebuilds their figures and a sweep run there resumes them instead of starting over.
 RESULTS ?= results
-restore-measured:
-	mkdir -p $(RESULTS)
-	for f in reports/measured/*.tar.xz; do echo "$$f"; tar -xJf "$$f" -C $(RESULTS); done
+restore-measured: $(VENV)/.setup-done
+	$(VENV)/bin/harness archive unpack reports/measured/*.tar.xz --results $(RESULTS)
