@@ -272,7 +272,8 @@ def _measure_batch(
             row["status"], row["reason"] = src
         else:
             row["target"] = src.target
-            _measure(exp, m, peaks, src, next(builds), tensors, row, race)
+            give_up = race.give_up_ns() if race is not None else None
+            _measure(exp, m, peaks, src, next(builds), tensors, row, give_up)
             row["flags"] = json.dumps(exp_flags + json.loads(row["flags"]))
             if race is not None:
                 race.seen(row)
@@ -334,9 +335,8 @@ def _candidates_of(rows: pd.DataFrame, exp: Experiment, say: Callable[[str], Non
     return out
 
 
-def _stored_perf(exp: Experiment, m: machine_mod.Machine) -> dict[str, float | None]:
-    """% of peak (median) of the candidates already stored for this experiment, by candidate key."""
-    mine = _stored_rows(exp, m)
+def _stored_perf(mine: pd.DataFrame) -> dict[str, float | None]:
+    """% of peak (median) of the stored candidates ``mine`` (:func:`_stored_rows`), by candidate key."""
     if mine.empty:
         return {}
     out: dict[str, float | None] = {}
@@ -380,7 +380,8 @@ def _run_search(
     (a resumed search continues where it stopped), new ones are measured in batches and told."""
     assert exp.search is not None
     cfg = exp.search
-    stored = _stored_perf(exp, m)
+    mine = _stored_rows(exp, m)
+    stored = _stored_perf(mine)
     search_cols = {"search_strategy": cfg.strategy, "search_budget": cfg.budget, "search_seed": cfg.seed}
     start = time.monotonic()
     counts = {"ok": 0, "failed": 0}
@@ -398,7 +399,7 @@ def _run_search(
     race = None
     if exp.timing.race is not None:
         race = Race(exp.timing.race)
-        for r in _stored_rows(exp, m).to_dict("records"):  # a resumed search races its stored best
+        for r in mine.to_dict("records"):  # a resumed search races its stored best
             race.seen(r)
     if libs:
         extra = [{**search_cols, "search_index": None} for _ in libs]
@@ -442,7 +443,7 @@ def _measure(
     built: BuildResult,
     tensors: Sequence[Any],
     row: dict[str, Any],
-    race: Race | None = None,
+    give_up_ns: float | None = None,
 ) -> None:
     row.update(
         source_hash=src.source_hash, compiler_version=built.cc_version, cflags=built.flags,
@@ -455,8 +456,7 @@ def _measure(
         row["status"] = "unsupported"
         row["reason"] = f"this CPU ({m.model_name}) cannot execute {src.target}; compiled only"
         return
-    give_up = race.give_up_ns() if race is not None else None
-    res, failure, other_pct = _run_checked(exp, src, built, tensors, row, give_up)
+    res, failure, other_pct = _run_checked(exp, src, built, tensors, row, give_up_ns)
     row.update(
         counter_backend=res.counter_backend,
         counters_unavailable=json.dumps(res.counters_unavailable),
@@ -474,7 +474,7 @@ def _measure(
     row.update(store.perf_fields([float(t) for t in res.times_ns], exp.workload.flops, row["peak_gflops"]))
     flags = row_flags(exp.sanity, row["cov"], other_pct)
     if res.raced:
-        flags.append(f"raced: slower than {give_up:.4g} ns after {res.n_reps} calls, timing stopped")
+        flags.append(f"raced: slower than {give_up_ns:.4g} ns after {res.n_reps} calls, timing stopped")
     row["flags"] = json.dumps(flags)
 
 

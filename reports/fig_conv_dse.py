@@ -278,7 +278,7 @@ def best_vs_onednn(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
                          "onednn": float(one.max()) if len(one) else np.nan,
                          # throughput of the search (compile + check + timing), from the rows' timestamps
                          "candidates/min": _rate_per_minute(stamps),
-                         # draws timed only twice (timing.race): slower than 1.5x the best so far
+                         # draws timed only twice (timing.race): far slower than the best so far
                          "raced": _raced(schemes[schemes["workload"] == layer]),
                          "flops": float(schemes.loc[schemes["workload"] == layer, "flops"].iloc[0]),
                          "rounds": n_rounds(best["rounds"]) if best is not None else 0,
