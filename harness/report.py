@@ -224,10 +224,13 @@ def _figure(reps: pd.DataFrame, fig_dir: Path, experiment: str, fingerprint: str
     n_labels = [max(reps.loc[reps["workload"] == w, "display"].nunique(), 1) for w in workloads]
     xmax = max(105.0, float(reps["pct_peak"].max()) * 1.05) if reps["pct_peak"].notna().any() else 105.0
     cpu = reps["cpu_model"].dropna().iloc[0] if reps["cpu_model"].notna().any() else "unknown CPU"
+    # The y labels are whole schemes (a conv scheme runs to 150+ characters): a fixed width left the axes
+    # no room, and constrained layout gave up and cut the labels off.
+    label_inches = max(4.5, 0.07 * int(reps["display"].astype(str).str.len().max()))
 
     with matplotlib.rc_context({"text.parse_math": False}), sns.axes_style("whitegrid"):
         fig = Figure(
-            figsize=(4.2 * len(modes) + 4.5, sum(0.32 * n + 1.1 for n in n_labels) + 0.8),
+            figsize=(4.2 * len(modes) + label_inches, sum(0.32 * n + 1.1 for n in n_labels) + 0.8),
             layout="constrained",
         )
         FigureCanvasAgg(fig)

@@ -261,3 +261,23 @@ def test_a_plugin_that_cannot_be_imported_is_reported(monkeypatch: pytest.Monkey
     assert figures.hoisting in builders  # the others still load
     with pytest.raises(ImportError):
         figures.all_builders()
+
+
+def test_long_scheme_labels_get_the_width_they_need(tmp_path: Path) -> None:
+    """A conv scheme label runs to 150+ characters; at a fixed width constrained layout gave up ("axes
+    sizes collapsed to zero") and the labels were cut off at the figure's left edge."""
+    import warnings
+
+    label = "[" + ", ".join(f"T_{{{n},{d}}}" for n in (2, 3, 4, 7) for d in "khwcrs") + ", U_{2,k}, V_k]"
+    assert len(label) > 150
+    rows = [
+        make_row(candidate=f"k{i}", label=f"{label} #{i}", experiment="long_labels", times=[1e5, 1.1e5])
+        for i in range(8)
+    ]
+    for row in rows:
+        store.write_row(tmp_path / "results", row, sync=False)
+    df = store.load(tmp_path / "results")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        report.render_report(df, tmp_path / "report")
+    assert not [w for w in caught if "constrained_layout not applied" in str(w.message)]
