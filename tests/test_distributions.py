@@ -199,6 +199,23 @@ def test_fig6_3_pairs_the_best_of_1000_with_the_onednn_rounds_of_its_own_minutes
     assert "best of 1000 paired by round time on 1 layers: ahead in every round on 1" in f.measured
 
 
+def test_fig6_3_compares_a_partial_best_of_1000_with_onednn_on_the_same_layers(tmp_path) -> None:  # noqa: ANN001
+    """Best of 1000 on one ResNet-18 layer of two: its average is set beside oneDNN on that layer only,
+    not beside the whole network's oneDNN average."""
+    import pandas as pd
+
+    from reports import fig_conv_dse as fig
+
+    parts = [
+        _summary(fig.RANDOM, "resnet18_02", [50.0] * 999 + [80.0]),
+        _summary(fig.RANDOM, "resnet18_02", [70.0], kind="baseline", texts=["onednn"]),
+        _summary(fig.RANDOM, "resnet18_03", [50.0] * 99 + [60.0]),
+        _summary(fig.RANDOM, "resnet18_03", [90.0], kind="baseline", texts=["onednn"]),
+    ]
+    (f,) = fig.best_vs_onednn(pd.concat(parts, ignore_index=True), tmp_path)
+    assert "(of 1000 on 1/2 layers: 80.0% vs oneDNN 70.0% on those) vs oneDNN 80.0%" in f.measured
+
+
 def test_strategies_figure_compares_bests_raw_and_against_each_runs_onednn(tmp_path) -> None:  # noqa: ANN001
     import pandas as pd
 
