@@ -297,16 +297,19 @@ def best_vs_onednn(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
         ax.legend(fontsize=8, bbox_to_anchor=(1.01, 1), loc="upper left")  # beside the bars
         averages = []
         complete = table.dropna(subset=[small_col])
+
+        def weighted(layers: pd.DataFrame, col: str) -> float:
+            return dist.weighted_average(
+                dict(zip(layers["layer"], layers[col], strict=True)),
+                dict(zip(layers["layer"], layers["flops"], strict=True)),
+            )
+
         for net, t in complete.groupby("network"):
-            w = dict(zip(t["layer"], t["flops"], strict=True))
-            avg = {s: dist.weighted_average(dict(zip(t["layer"], t[s], strict=True)), w) for s in series}
             # the best of 1000 may cover only some layers: oneDNN is averaged over the same ones beside it
             big = t.dropna(subset=[big_col])
-            big_w = dict(zip(big["layer"], big["flops"], strict=True))
-            avg["onednn of 1000"] = dist.weighted_average(
-                dict(zip(big["layer"], big["onednn"], strict=True)), big_w
-            )
-            averages.append({"network": net, **avg, "layers of 1000": len(big), "layers": len(t)})
+            averages.append({"network": net, **{s: weighted(t, s) for s in series},
+                             "onednn of 1000": weighted(big, "onednn"),
+                             "layers of 1000": len(big), "layers": len(t)})  # fmt: skip
         avg_t = pd.DataFrame(averages)
         image, csv = _save(fig, table, out_dir, f"{name}-{fp}")
         both = complete.dropna(subset=["onednn"])
