@@ -4,9 +4,9 @@ session survives a machine that loses its disk between them.
 An archive holds a results directory's rows as one parquet table per experiment
 (``rows/<experiment>.parquet``) and its permutation simulations (``permutations/``). The store keeps one
 file per row (durable writes, resumable sweeps), but a row file weighs about 35 KB, mostly repeated
-metadata: the 23 000 rows of the 23-layer, 1000-draw study would be 800 MB that way. Unpacking writes the
-store's layout back, one file per row through :func:`harness.store.write_row` (validated, named by the
-row's own id). Archives of the older layout (``rows/<experiment>/<row id>.parquet``) unpack too.
+metadata: the 23 000 rows of the 23-layer, 1000-draw study would be 800 MB that way. Unpacking validates
+every row and stores each experiment's rows in its compacted table (:func:`harness.store.add_rows`).
+Archives of the older layout (``rows/<experiment>/<row id>.parquet``) unpack too.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-import pyarrow as pa
 import pyarrow.parquet as pq
 
 from harness import store
@@ -33,15 +32,14 @@ def pack(results_dir: Path, out: Path, experiments: list[str] | None = None, sim
     ``simulations``, ``permutations/``. Returns the number of rows packed."""
     results_dir, out = Path(results_dir), Path(out)
     base = results_dir / "rows"
-    names = experiments or sorted(p.name for p in base.glob("*") if p.is_dir())
+    names = experiments or store.experiments(results_dir)
     n = 0
     with tempfile.TemporaryDirectory(prefix="archive-") as tmp:
         (Path(tmp) / "rows").mkdir()
         for name in names:
-            files = store.row_files(results_dir, name)
-            if not files:
+            table = store.table(results_dir, name)
+            if table is None:
                 raise ArchiveError(f"no rows of experiment {name!r} under {base}")
-            table = pa.concat_tables([pq.read_table(f) for f in files])
             pq.write_table(table, Path(tmp) / "rows" / f"{name}.parquet", compression="none")
             n += table.num_rows
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -56,8 +54,8 @@ def pack(results_dir: Path, out: Path, experiments: list[str] | None = None, sim
 
 
 def unpack(archive: Path, results_dir: Path) -> int:
-    """Restore ``archive`` into ``results_dir`` (rows rewritten one file per row, existing rows of the same
-    id replaced); returns the number of rows written."""
+    """Restore ``archive`` into ``results_dir`` (existing rows of the same id replaced); returns the number
+    of rows written."""
     results_dir = Path(results_dir)
     with tarfile.open(archive) as tar, tempfile.TemporaryDirectory(prefix="unpack-") as tmp:
         members = tar.getmembers()
@@ -67,12 +65,10 @@ def unpack(archive: Path, results_dir: Path) -> int:
         tar.extractall(tmp, filter="data")
         n = 0
         for path in sorted(Path(tmp).glob("rows/**/*.parquet")):
-            for i, row in enumerate(pq.read_table(path).to_pylist()):
-                try:
-                    store.write_row(results_dir, row, sync=False)  # redoable: thousands of rows
-                except (ValueError, TypeError, KeyError) as exc:
-                    raise ArchiveError(f"{archive}: {path.relative_to(tmp)} row {i}: {exc}") from exc
-                n += 1
+            try:
+                n += store.add_rows(results_dir, pq.read_table(path).to_pylist())
+            except (ValueError, TypeError, KeyError) as exc:
+                raise ArchiveError(f"{archive}: {path.relative_to(tmp)} {exc}") from exc
         sims = Path(tmp) / "permutations"
         if sims.is_dir():
             for f in sorted(p for p in sims.rglob("*") if p.is_file()):

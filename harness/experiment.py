@@ -194,6 +194,8 @@ def run_experiment(
             "search every candidate is timed in full: drop timing.race or choose a search"
         )
     strategy = _make_search(exp, m) if exp.search is not None else None  # bad search input fails first
+    if len(store.row_files(exp.results_dir, exp.name)) >= store.COMPACT_AT:  # so each launch loads fast
+        say(f"[{exp.name}] {store.compact(exp.results_dir, exp.name)} stored rows moved into one table")
     peaks = calibrate(m, cache_dir=exp.cache_dir)
     todo: list[tuple[Candidate, str]] = []
     for cand in exp.candidates:

@@ -511,12 +511,6 @@ def _time_span(df: pd.DataFrame) -> tuple[str, str] | None:
     return (str(ts.min()), str(ts.max())) if len(ts) else None
 
 
-def experiments_in(results_dir: Path) -> list[str]:
-    """Experiment names that have rows stored (for CLIs and Snakemake rules)."""
-    base = Path(results_dir) / "rows"
-    return sorted(p.name for p in base.iterdir() if p.is_dir()) if base.is_dir() else []
-
-
 def pdf_documents(html: Path) -> list[Any]:
     """WeasyPrint renderings of the report's pages in PDF order: the index, then the provenance page."""
     import weasyprint

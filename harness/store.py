@@ -5,12 +5,17 @@ Each row is written to a temp file in its final directory, fsynced and renamed w
 row file either exists complete or not at all, and a rerun skips the rows that exist (:func:`has_row`).
 Readers only look at ``*.parquet`` names, so leftover temp files from a killed writer are ignored.
 
-Layout: ``<results_dir>/rows/<experiment>/<row_id>.parquet``.
+Layout: ``<results_dir>/rows/<experiment>/<row_id>.parquet``, and beside them at most one compacted table
+``_compacted.parquet`` of rows moved out of their own files (:func:`compact`): a study of 20 000 rows loads
+in a second from it, against half a minute from 20 000 files. A row in its own file is newer than its copy in
+the table (a re-timed row is rewritten there), so readers take the file's version.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import functools
 import hashlib
 import json
 import math
@@ -18,7 +23,7 @@ import os
 import re
 import tempfile
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -195,6 +200,9 @@ REQUIRED_NON_NULL: tuple[str, ...] = (
 )
 
 _ROW_SUFFIX = ".parquet"
+COMPACTED = "_compacted.parquet"
+#: run_experiment compacts an experiment's rows once this many are in their own files
+COMPACT_AT = 500
 _TMP_PREFIX = ".tmp-"
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+=,@-]*$")
 
@@ -402,28 +410,174 @@ def _fsync_dir(path: Path) -> None:
 def read_row(results_dir: Path, experiment: str, rid: str) -> dict[str, Any] | None:
     """The stored row ``rid`` as a dict of Python values (lists stay lists), or None if absent."""
     path = row_path(results_dir, experiment, rid)
-    if not path.exists():
+    if path.exists():
+        rows = pq.read_table(path).to_pylist()
+        return rows[0] if rows else None
+    where = _compacted_ids(results_dir, experiment).get(rid)
+    if where is None:
         return None
-    rows = pq.read_table(path).to_pylist()
-    return rows[0] if rows else None
+    return _read_compacted(_rows_dir(results_dir, experiment) / COMPACTED).slice(where, 1).to_pylist()[0]
 
 
 def has_row(results_dir: Path, experiment: str, row_id: str) -> bool:
     """Whether the row is already stored, so a resumed sweep can skip it."""
-    return row_path(results_dir, experiment, row_id).is_file()
+    in_file = row_path(results_dir, experiment, row_id).is_file()
+    return in_file or row_id in _compacted_ids(results_dir, experiment)
 
 
 def row_files(results_dir: Path, experiment: str | None = None) -> list[Path]:
-    """Complete row files (``*.parquet`` only; temp files of killed writers are ignored)."""
+    """Complete files of single rows (``*.parquet`` only; temp files of killed writers and the compacted
+    table are not among them)."""
+    return [f for d in _experiment_dirs(results_dir, experiment) for f in _row_files_in(d)]
+
+
+def _row_files_in(directory: Path) -> list[Path]:
+    return sorted(p for p in directory.glob(f"*{_ROW_SUFFIX}") if p.name[0] not in "._")
+
+
+def experiments(results_dir: Path) -> list[str]:
+    """Names of the experiments stored under ``results_dir``."""
     base = Path(results_dir) / "rows"
-    if experiment is not None:
-        pattern_dirs = [_rows_dir(results_dir, experiment)]
-    else:
-        pattern_dirs = sorted(p for p in base.glob("*") if p.is_dir()) if base.is_dir() else []
-    files: list[Path] = []
-    for d in pattern_dirs:
-        files.extend(sorted(p for p in d.glob(f"*{_ROW_SUFFIX}") if not p.name.startswith(".")))
-    return files
+    return sorted(p.name for p in base.iterdir() if p.is_dir()) if base.is_dir() else []
+
+
+def _experiment_dirs(results_dir: Path, experiment: str | None) -> list[Path]:
+    names = [experiment] if experiment is not None else experiments(results_dir)
+    return [_rows_dir(results_dir, name) for name in names]
+
+
+def _ids(table: pa.Table) -> list[str]:
+    keys = ("experiment", "candidate_key", "workload", "timing_mode", "seed", "machine_fingerprint")
+    cols = [table.column(k).to_pylist() for k in keys]
+    return [row_id(*vals) for vals in zip(*cols, strict=True)]
+
+
+def _read_compacted(path: Path) -> pa.Table:
+    return ds.dataset(str(path), schema=SCHEMA, format="parquet").to_table()
+
+
+@functools.lru_cache(maxsize=8)
+def _ids_at(path: str, version: tuple[int, int, int]) -> dict[str, int]:
+    """Row id -> position in a compacted table; ``version`` (inode, mtime, size) keys the cache to one
+    version of the file (compaction replaces it, never edits it)."""
+    return {rid: i for i, rid in enumerate(_ids(_read_compacted(Path(path))))}
+
+
+def _compacted_ids(results_dir: Path, experiment: str) -> dict[str, int]:
+    path = _rows_dir(results_dir, experiment) / COMPACTED
+    version = _stamp(path)
+    return {} if version is None else _ids_at(str(path), version)
+
+
+def _experiment_table(directory: Path) -> pa.Table | None:
+    """One experiment's rows: its compacted table, then its single-row files, which win over the table's
+    copy of the same row."""
+    try:
+        return _read_experiment(directory)
+    except FileNotFoundError:  # a compaction moved rows between the listing and the reading
+        return _read_experiment(directory)
+
+
+def _read_experiment(directory: Path) -> pa.Table | None:
+    files = [str(f) for f in _row_files_in(directory)]
+    parts = [ds.dataset(files, schema=SCHEMA, format="parquet").to_table()] if files else []
+    compacted = directory / COMPACTED
+    if compacted.is_file():
+        parts.insert(0, _read_compacted(compacted))
+    return _newest(pa.concat_tables(parts)) if len(parts) > 1 else (parts[0] if parts else None)
+
+
+def _newest(table: pa.Table) -> pa.Table:
+    """``table`` with one copy of each row, the last."""
+    last = {rid: i for i, rid in enumerate(_ids(table))}
+    return table if len(last) == table.num_rows else table.take(pa.array(sorted(last.values()), pa.int64()))
+
+
+def table(results_dir: Path, experiment: str) -> pa.Table | None:
+    """``experiment``'s rows as one arrow table (None if it has none), as :func:`load` reads them."""
+    return _experiment_table(_rows_dir(results_dir, experiment))
+
+
+@contextlib.contextmanager
+def _locked(directory: Path) -> Iterator[None]:
+    """Keeps two rewrites of one compacted table from dropping each other's rows; writers of single rows
+    need no lock."""
+    directory.mkdir(parents=True, exist_ok=True)
+    with open(directory / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def _rewrite_compacted(directory: Path, newer: pa.Table) -> None:
+    """The compacted table with ``newer``'s rows added (replacing its copies of them): written next to the
+    old one, fsynced and renamed over it."""
+    path = directory / COMPACTED
+    merged = _newest(pa.concat_tables([_read_compacted(path), newer]) if path.is_file() else newer)
+    fd, tmp_name = tempfile.mkstemp(prefix=f"{_TMP_PREFIX}compacted-", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            pq.write_table(merged, fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp_name, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp_name)
+        raise
+    _fsync_dir(directory)
+
+
+def compact(results_dir: Path, experiment: str) -> int:
+    """Move ``experiment``'s single-row files into its compacted table; returns the number of rows moved.
+
+    A row file is deleted only once the new table holds it (renamed into place and fsynced), and only if
+    it is still the file that was read: a writer that re-timed the row meanwhile keeps its new file, which
+    wins over the table's copy.
+    """
+    directory = _rows_dir(results_dir, experiment)
+    if not directory.is_dir():
+        return 0
+    with _locked(directory):
+        seen = {f: _stamp(f) for f in _row_files_in(directory)}  # before reading: replaced later -> kept
+        if not seen:
+            return 0
+        _rewrite_compacted(
+            directory, ds.dataset([str(f) for f in seen], schema=SCHEMA, format="parquet").to_table()
+        )
+        for f, stamp in seen.items():
+            if _stamp(f) == stamp:
+                f.unlink()
+    return len(seen)
+
+
+def add_rows(results_dir: Path, rows: list[Mapping[str, Any]]) -> int:
+    """Validate ``rows`` and store them straight into their experiments' compacted tables (a bulk restore:
+    one write instead of a file per row); a stored row of the same id, in a file or the table, is replaced.
+    Raises ValueError naming the first bad row. Returns the number of rows stored."""
+    by_experiment: dict[str, list[pa.Table]] = {}
+    for i, row in enumerate(rows):
+        try:
+            valid = validate_row(row)
+            by_experiment.setdefault(_check_name("experiment", row["experiment"]), []).append(valid)
+        except ValueError as exc:
+            raise ValueError(f"row {i}: {exc}") from exc
+    for name, tables in by_experiment.items():
+        directory = _rows_dir(results_dir, name)
+        newer = pa.concat_tables(tables)
+        with _locked(directory):
+            _rewrite_compacted(directory, newer)
+            for rid in set(_ids(newer)):
+                with contextlib.suppress(FileNotFoundError):
+                    row_path(results_dir, name, rid).unlink()  # older than the row just stored
+    return len(rows)
+
+
+def _stamp(path: Path) -> tuple[int, int, int] | None:
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    return (st.st_ino, st.st_mtime_ns, st.st_size)
 
 
 def _to_pandas(table: pa.Table) -> pd.DataFrame:
@@ -442,8 +596,8 @@ def load(results_dir: Path, experiment: str | None = None) -> pd.DataFrame:
 
     ``times_ns`` holds one numpy array per row; int64/bool columns are nullable pandas dtypes.
     """
-    files = row_files(results_dir, experiment)
-    if not files:
+    found = [_experiment_table(d) for d in _experiment_dirs(results_dir, experiment)]
+    tables = [t for t in found if t is not None]
+    if not tables:
         return empty_frame()
-    dataset = ds.dataset([str(f) for f in files], schema=SCHEMA, format="parquet")
-    return _to_pandas(dataset.to_table()).reset_index(drop=True)
+    return _to_pandas(pa.concat_tables(tables)).reset_index(drop=True)

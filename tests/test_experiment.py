@@ -194,6 +194,20 @@ def test_a_wrong_result_in_a_later_round_makes_the_row_wrong(
     assert stored.loc[stored["status"] == "wrong", "times_ns"].isna().all()
 
 
+def test_a_launch_moves_many_stored_row_files_into_one_table_and_still_skips_them(
+    tmp_path: Path, shared_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(store, "COMPACT_AT", 2)
+    exp_mod.run_experiment(_rounds_exp(tmp_path, shared_cache, 1), progress=lambda _m: None)
+    before = store.load(tmp_path, "rounds")
+    say: list[str] = []
+    assert exp_mod.run_experiment(_rounds_exp(tmp_path, shared_cache, 1), progress=say.append) == []
+    assert any("2 stored rows moved into one table" in m for m in say)
+    assert any("2 candidate(s) already measured, skipped" in m for m in say)
+    assert store.row_files(tmp_path, "rounds") == []
+    assert store.load(tmp_path, "rounds").drop(columns="times_ns").equals(before.drop(columns="times_ns"))
+
+
 def test_rounds_with_a_search_need_search_confirm(tmp_path: Path) -> None:
     from harness.search import SearchConfig
 

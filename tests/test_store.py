@@ -243,3 +243,99 @@ def test_kill_9_during_write_leaves_store_readable(tmp_path: Path) -> None:
     # a rerun writes the row normally despite the leftover
     store.write_row(tmp_path, make_row(candidate_key="killed"))
     assert sorted(store.load(tmp_path)["candidate_key"]) == ["before", "killed"]
+
+
+# -- the compacted table: rows moved out of their own files load the same, and a newer file wins --------
+def _rid(key: str, experiment: str = "exp1") -> str:
+    return store.row_id(experiment, key, "mm64", "hot", 0, "fpA")
+
+
+def _sorted(df: pd.DataFrame) -> pd.DataFrame:
+    return df.sort_values(["experiment", "candidate_key"]).drop(columns="times_ns").reset_index(drop=True)
+
+
+def _some_rows(results: Path) -> None:
+    for i in range(4):
+        store.write_row(results, make_row(candidate_key=f"k{i}", times_ns=[1000.0 + i, 1100.0]))
+    store.write_row(results, failed_row(candidate_key="bad"))
+    store.write_row(results, make_row(experiment="exp2", candidate_key="other"))
+
+
+def test_compacted_rows_read_back_as_they_were_written(tmp_path: Path) -> None:
+    _some_rows(tmp_path)
+    before = store.load(tmp_path)
+    one = store.read_row(tmp_path, "exp1", _rid("k2"))
+    assert store.compact(tmp_path, "exp1") == 5
+    assert store.row_files(tmp_path, "exp1") == [] and len(store.row_files(tmp_path, "exp2")) == 1
+    after = store.load(tmp_path)
+    assert _sorted(after).equals(_sorted(before))
+    assert [list(t) for t in after.sort_values("candidate_key")["times_ns"].dropna()] == [
+        list(t) for t in before.sort_values("candidate_key")["times_ns"].dropna()
+    ]
+    assert all(store.has_row(tmp_path, "exp1", _rid(k)) for k in ("k0", "k3", "bad"))
+    assert not store.has_row(tmp_path, "exp1", _rid("never"))
+    assert store.read_row(tmp_path, "exp1", _rid("k2")) == one
+    assert store.compact(tmp_path, "exp1") == 0  # nothing left to move
+    assert store.compact(tmp_path, "nothing-here") == 0
+
+
+def test_a_row_written_after_compaction_wins_over_its_compacted_copy(tmp_path: Path) -> None:
+    _some_rows(tmp_path)
+    store.compact(tmp_path, "exp1")
+    store.write_row(tmp_path, make_row(candidate_key="k1", times_ns=[7.0, 8.0]))  # re-timed
+    for _ in range(2):  # as a single-row file beside the table, then compacted again
+        df = store.load(tmp_path, "exp1")
+        assert len(df) == 5 and df.loc[df["candidate_key"] == "k1", "min_ns"].tolist() == [7.0]
+        assert store.read_row(tmp_path, "exp1", _rid("k1"))["min_ns"] == 7.0
+        store.compact(tmp_path, "exp1")
+    assert store.row_files(tmp_path, "exp1") == []
+
+
+def test_a_row_file_replaced_while_compacting_is_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _some_rows(tmp_path)
+    real = store._rewrite_compacted
+
+    def then_a_writer_retimes_k3(directory: Path, newer: pa.Table) -> None:
+        real(directory, newer)
+        store.write_row(tmp_path, make_row(candidate_key="k3", times_ns=[5.0, 6.0]))
+
+    monkeypatch.setattr(store, "_rewrite_compacted", then_a_writer_retimes_k3)
+    store.compact(tmp_path, "exp1")
+    assert [p.stem for p in store.row_files(tmp_path, "exp1")] == [_rid("k3")]
+    df = store.load(tmp_path, "exp1")
+    assert len(df) == 5 and df.loc[df["candidate_key"] == "k3", "min_ns"].tolist() == [5.0]
+
+
+def test_a_compaction_that_fails_before_its_rename_loses_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _some_rows(tmp_path)
+    before = store.load(tmp_path)
+
+    def boom(src: str, dst: str) -> None:
+        raise OSError("disk vanished")
+
+    monkeypatch.setattr(store.os, "replace", boom)
+    with pytest.raises(OSError, match="disk vanished"):
+        store.compact(tmp_path, "exp1")
+    monkeypatch.undo()
+    assert len(store.row_files(tmp_path, "exp1")) == 5
+    assert not (tmp_path / "rows" / "exp1" / store.COMPACTED).exists()
+    assert not list((tmp_path / "rows" / "exp1").glob(".tmp-*"))
+    assert _sorted(store.load(tmp_path)).equals(_sorted(before))
+
+
+def test_added_rows_replace_stored_ones_and_a_bad_row_is_named(tmp_path: Path) -> None:
+    store.write_row(tmp_path, make_row(candidate_key="k0", times_ns=[9.0, 9.5]))
+    assert store.add_rows(tmp_path, [make_row(candidate_key="k0", times_ns=[1.0, 2.0]),
+                                     make_row(candidate_key="k1")]) == 2  # fmt: skip
+    assert store.row_files(tmp_path) == []  # k0's older file is gone
+    df = store.load(tmp_path, "exp1")
+    assert sorted(df["candidate_key"]) == ["k0", "k1"] and df["min_ns"].min() == 1.0
+    with pytest.raises(ValueError, match=r"row 1: .*status"):
+        store.add_rows(
+            tmp_path, [make_row(candidate_key="k2"), make_row(candidate_key="k3", status="exploded")]
+        )
+    assert len(store.load(tmp_path)) == 2  # nothing of the refused batch stored

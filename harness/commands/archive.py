@@ -3,10 +3,13 @@
     harness archive pack --results DIR --out reports/measured/<date>-<fingerprint>-<study>.tar.xz
                          [--experiment NAME ...] [--no-simulations]
     harness archive unpack reports/measured/*.tar.xz --results DIR
+    harness archive compact --results DIR [--experiment NAME ...]
 
 An archive holds each experiment's rows as one table (a 1000-draw, 23-layer study is ~23 000 rows) and the
-permutation simulations; unpacking writes the store's one-file-per-row layout back, so a search resumes
-from the restored rows and ``harness report --results DIR`` draws their figures.
+permutation simulations; unpacking stores each experiment's rows as the store's compacted table, so a search
+resumes from the restored rows and ``harness report --results DIR`` draws their figures. ``compact`` moves
+the rows a sweep wrote one file each into that table (searches do it themselves past 500 such files): a
+study of 20 000 rows then loads in a second instead of half a minute.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from harness import archive
+from harness import archive, store
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -29,6 +32,9 @@ def _parser() -> argparse.ArgumentParser:
     up = sub.add_parser("unpack", help="archives -> results directory")
     up.add_argument("archives", type=Path, nargs="+")
     up.add_argument("--results", type=Path, required=True)
+    cp = sub.add_parser("compact", help="a results directory's single-row files -> one table per experiment")
+    cp.add_argument("--results", type=Path, required=True)
+    cp.add_argument("--experiment", action="append", help="only these experiments (repeatable)")
     return p
 
 
@@ -40,6 +46,10 @@ def main(argv: list[str]) -> None:
                 raise archive.ArchiveError(f"--out must end in .tar.xz, got {args.out}")
             n = archive.pack(args.results, args.out, args.experiment, not args.no_simulations)
             print(f"{args.out}: {n} rows, {args.out.stat().st_size / 2**20:.1f} MiB", file=sys.stderr)
+        elif args.action == "compact":
+            for name in args.experiment or store.experiments(args.results):
+                n = store.compact(args.results, name)
+                print(f"{name}: {n} rows moved into its compacted table", file=sys.stderr)
         else:
             for path in args.archives:
                 n = archive.unpack(path, args.results)
