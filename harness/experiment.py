@@ -564,17 +564,80 @@ def _interleaved_rounds(
         # a row missing k rounds joins the last k passes
         due = [u for u in work if p >= want - 1 - u[4] and u[1]["status"] == "ok"]
         shift = (p + 1) * len(due) // want  # each pass starts elsewhere in the list
-        for cand, row, src, built, _ in due[shift:] + due[:shift]:
+        slow = []  # (unit, row before this round, slowdown of the first try)
+        for unit in due[shift:] + due[:shift]:
+            cand, row, src, built, _ = unit
+            before = dict(row)
             _one_more_round(exp, src, built, tensors, row)
-            store.write_row(exp.results_dir, row)
+            ratio, mark = _slowdown(row, before), ""
+            if exp.timing.retime is not None and ratio > exp.timing.retime:
+                slow.append((unit, before, ratio))
+                mark = f" (x{ratio:.2f} its earlier rounds: timed again at the end of the pass)"
+            else:
+                store.write_row(exp.results_dir, row)
             n += 1
             elapsed = time.monotonic() - start
             say(
                 f"[{exp.name}] round {p + 2}/{want} {n}/{total} elapsed {elapsed:.0f}s "
-                f"ETA {elapsed / n * (total - n):.0f}s | {cand.label()}: {row['status']}"
+                f"ETA {elapsed / n * (total - n):.0f}s | {cand.label()}: {row['status']}{mark}"
             )
+        _retime(exp, tensors, say, p + 2, slow)
     rewritten = {r["candidate_key"]: r for _, r, *_ in work}
     return [rewritten.pop(r["candidate_key"], r) for r in fresh] + list(rewritten.values())
+
+
+#: How often a slow round is timed again (``timing.retime``) and how long to wait first: a disturbance of
+#: the host seen here lasted under a minute.
+RETIME_TRIES = 2
+RETIME_WAIT_S = 20.0
+
+
+def _slowdown(row: dict[str, Any], before: dict[str, Any]) -> float:
+    """How much slower the round just added to ``row`` ran than the median of its earlier rounds (0.0 when
+    the round failed: a failure is a result, not a slow round)."""
+    if row["status"] != "ok" or before["status"] != "ok":
+        return 0.0
+    earlier = store.round_medians(before)
+    return store.round_medians(row)[-1] / float(np.median(earlier)) if earlier else 0.0
+
+
+def _retime(
+    exp: Experiment,
+    tensors: Sequence[Any],
+    say: Callable[[str], None],
+    k: int,
+    slow: list[tuple[tuple[Any, ...], dict[str, Any], float]],
+) -> None:
+    """Time round ``k`` of the ``slow`` units again, after a pause, up to :data:`RETIME_TRIES` times; the last
+    try is kept whatever it gives (keeping the fastest of several would bias the row fast), and the row's
+    flags say what happened."""
+    for attempt in range(1, RETIME_TRIES + 1):
+        if not slow:
+            return
+        say(
+            f"[{exp.name}] round {k}: {len(slow)} row(s) ran over x{exp.timing.retime} slower than their "
+            f"earlier rounds (a disturbed host?); waiting {RETIME_WAIT_S:.0f}s, then timing them again "
+            f"({attempt}/{RETIME_TRIES})"
+        )
+        time.sleep(RETIME_WAIT_S)
+        still = []
+        for unit, before, first in slow:
+            cand, row, src, built, _ = unit
+            row.clear()
+            row.update(before)
+            _one_more_round(exp, src, built, tensors, row)
+            ratio = _slowdown(row, before)
+            assert exp.timing.retime is not None
+            if ratio > exp.timing.retime and attempt < RETIME_TRIES:
+                still.append((unit, before, first))
+                continue
+            what = "still" if ratio > exp.timing.retime else "then"
+            note = f"retimed: round {k} first ran x{first:.2f} its earlier rounds, {what} x{ratio:.2f} "
+            note += f"after {attempt} retime(s)"
+            row["flags"] = json.dumps([*json.loads(row["flags"]), note])
+            store.write_row(exp.results_dir, row)
+            say(f"[{exp.name}] {cand.label()}: {note}")
+        slow = still
 
 
 def _one_more_round(

@@ -54,6 +54,11 @@ class TimingConfig:
     # median found so far stops there (row flag "raced"), so the hopeless draws, most of a random sample,
     # skip the repetitions the 2% CI rule asks of them; warm-ups are kept. None: never
     race: float | None = None
+    # in rounds 2..: a round whose median is more than `retime` x the median of the row's earlier rounds is
+    # timed again at the end of its pass, after a pause (up to RETIME_TRIES times; the last try is kept and
+    # flagged): on these shared hosts a disturbed minute slows every kernel, oneDNN included, 1.3-2x, and the
+    # slow round then drags its row's median of rounds. None: keep every round as timed
+    retime: float | None = None
 
     def __post_init__(self) -> None:
         if self.batch < 1:
@@ -62,6 +67,8 @@ class TimingConfig:
             raise ValueError(f"timing.rounds must be >= 1, got {self.rounds}")
         if self.race is not None and self.race <= 1:
             raise ValueError(f"timing.race must be > 1 (a multiple of the best time so far), got {self.race}")
+        if self.retime is not None and self.retime <= 1:
+            raise ValueError(f"timing.retime must be > 1 (a multiple of a median time), got {self.retime}")
 
     cpu: int | None = None  # None: the last CPU this process may use (CPU 0 takes most interrupts)
     # OpenMP threads of a parallel kernel (Tpar/Tfused); > 1 runs on that many CPUs (cpus_for), 1 keeps

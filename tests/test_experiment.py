@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -192,6 +193,66 @@ def test_a_wrong_result_in_a_later_round_makes_the_row_wrong(
     assert bad["reason"].startswith("timing round 2:") and bad["median_ns"] is None
     stored = store.load(tmp_path, "rounds")
     assert stored.loc[stored["status"] == "wrong", "times_ns"].isna().all()
+
+
+def _disturbed_host(monkeypatch: pytest.MonkeyPatch, slow_calls: Callable[[int], bool]) -> list[int]:
+    """Kernel runs whose every call takes 1000 ns, or 3000 ns on the calls ``slow_calls(n)`` picks (n counts
+    runs from 1), so a round's slowdown is exact; the outputs stay real and checked."""
+    real, calls = exp_mod.run_kernel, []
+
+    def run(*args, **kwargs):
+        res = real(*args, **kwargs)
+        calls.append(1)
+        ns = 3000.0 if slow_calls(len(calls)) else 1000.0
+        return dataclasses.replace(res, times_ns=[ns] * len(res.times_ns))
+
+    monkeypatch.setattr(exp_mod, "run_kernel", run)
+    monkeypatch.setattr(exp_mod, "RETIME_WAIT_S", 0.0)
+    return calls
+
+
+def _retime_exp(tmp_path: Path, cache: Path, retime: float | None):
+    e = _rounds_exp(tmp_path, cache, 2)
+    e.timing = dataclasses.replace(e.timing, retime=retime)
+    return e
+
+
+def test_a_round_slowed_by_the_host_is_timed_again_and_the_retry_kept(
+    tmp_path: Path, shared_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # runs 1-2: round 1 of both candidates; run 3: the first of round 2, three times slower
+    calls = _disturbed_host(monkeypatch, lambda n: n == 3)
+    say: list[str] = []
+    rows = exp_mod.run_experiment(_retime_exp(tmp_path, shared_cache, 1.25), progress=say.append)
+    assert len(calls) == 5  # one retime
+    assert any("waiting" in m and "1/2" in m for m in say)
+    for row in store.load(tmp_path, "rounds").to_dict("records"):
+        assert list(row["round_medians_ns"]) == [1000.0, 1000.0]  # the slow try is gone
+        assert row["n_reps"] == 6 and row["median_ns"] == 1000.0
+    flagged = [r for r in rows if "retimed" in r["flags"]]
+    assert len(flagged) == 1
+    assert "first ran x3.00" in flagged[0]["flags"] and "then x1.00" in flagged[0]["flags"]
+
+
+def test_a_round_still_slow_after_every_retime_is_kept_and_flagged(
+    tmp_path: Path, shared_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = _disturbed_host(monkeypatch, lambda n: n >= 3)  # the host stays slow from round 2 on
+    exp_mod.run_experiment(_retime_exp(tmp_path, shared_cache, 1.25), progress=lambda _m: None)
+    assert len(calls) == 2 + 2 * (1 + exp_mod.RETIME_TRIES)
+    for row in store.load(tmp_path, "rounds").to_dict("records"):
+        assert list(row["round_medians_ns"]) == [1000.0, 3000.0]  # the last try, not the fastest
+        assert f"still x3.00 after {exp_mod.RETIME_TRIES} retime(s)" in row["flags"]
+
+
+def test_without_retime_a_slow_round_is_kept_as_timed(
+    tmp_path: Path, shared_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = _disturbed_host(monkeypatch, lambda n: n == 3)
+    exp_mod.run_experiment(_retime_exp(tmp_path, shared_cache, None), progress=lambda _m: None)
+    assert len(calls) == 4
+    medians = sorted(tuple(r) for r in store.load(tmp_path, "rounds")["round_medians_ns"])
+    assert medians == [(1000.0, 1000.0), (1000.0, 3000.0)]
 
 
 def test_a_launch_moves_many_stored_row_files_into_one_table_and_still_skips_them(

@@ -236,6 +236,8 @@ def test_racing_gives_up_on_slow_calls_only(
 def test_race_must_be_a_multiple_above_one() -> None:
     with pytest.raises(ValueError, match="timing.race must be > 1"):
         TimingConfig(race=0.9)
+    with pytest.raises(ValueError, match="timing.retime must be > 1"):
+        TimingConfig(retime=1.0)
 
 
 # -- threads: a parallel (OpenMP) kernel runs on as many cores as asked, a serial one on one -------------
