@@ -166,6 +166,23 @@ def test_unit_wrong_under_one_seed_is_wrong() -> None:
     assert analysis.repetitions(df).empty
 
 
+def test_a_unit_pools_its_rows_in_any_order_and_keeps_the_first_value_of_each_column() -> None:
+    late = make_row(candidate="k", seed=1, times=[2.0e4] * 3)
+    late.update(label=None, timestamp="2024-06-02T00:00:00+00:00", flags=json.dumps(["noisy: cov 0.09"]),
+                search_seed=1, search_index=7)  # fmt: skip
+    early = make_row(candidate="k", seed=0, times=[1.0e4] * 3)
+    early.update(flags=json.dumps(["noisy: cov 0.09", "busy core"]), search_seed=0, search_index=3)
+    rows = [make_row(candidate="z"), late, make_row(candidate="a"), early]
+    s = analysis.summarize(frame(rows))
+    assert list(s["candidate_key"]) == ["a", "k", "z"]  # one line per unit, in key order
+    k = s.set_index("candidate_key").loc["k"]
+    assert k["n_rows"] == 2 and k["n_reps"] == 6 and k["min_ns"] == 1.0e4  # both seeds' times pooled
+    assert k["label"] == "[U_{4,i}, V_j]"  # the first row's label is null: the next one's
+    assert k["timestamp"] == "2024-06-01T12:00:00+00:00"  # the earliest
+    assert k["flags"] == "noisy: cov 0.09; busy core"
+    assert json.loads(k["search_runs"]) == [[0, 3], [1, 7]]
+
+
 def test_summaries_never_pool_machines() -> None:
     s = analysis.summarize(frame(synthetic_rows()))
     k0_hot = s[(s["candidate_key"] == "k0") & (s["timing_mode"] == "hot")]
