@@ -176,15 +176,44 @@ def test_search_rounds_retime_the_best_found_and_the_baselines(tmp_path: Path, s
     assert len(drawn) == 4, stored[["candidate_text", "status", "reason"]]
     drawn["rounds"] = [len(r) for r in drawn["round_medians_ns"]]
     drawn["first"] = [r[0] for r in drawn["round_medians_ns"]]
-    assert sorted(drawn["rounds"]) == [1, 1, 3, 3]
-    # the confirmed two are the fastest of the first pass
+    assert set(drawn["rounds"]) <= {1, 3} and (drawn["rounds"] == 1).any()
+    # the two fastest of the first pass are confirmed (more if they ran slower in their rounds than a
+    # draw timed once: then it is confirmed too), and so is the best by median
     confirmed = set(drawn[drawn["rounds"] == 3]["candidate_key"])
-    assert set(drawn.nsmallest(2, "first")["candidate_key"]) == confirmed
+    assert set(drawn.nsmallest(2, "first")["candidate_key"]) <= confirmed
+    assert drawn.loc[drawn["median_ns"].idxmin(), "rounds"] == 3
     lib = stored[stored["candidate_kind"] == "baseline"]
     assert len(lib) == 1
     if lib["status"].iloc[0] == "ok":  # oneDNN is installed by the project's setup; elsewhere unsupported
         assert len(lib["round_medians_ns"].iloc[0]) == 3
     assert any("round 3/3" in m for m in msgs)
+
+
+def test_a_draw_that_overtakes_the_confirmed_best_is_confirmed_too(
+    tmp_path: Path, shared_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Draws time 1000, 1100, 1200, 1300 ns; the first, confirmed, runs 5000 ns in its second round and
+    falls behind the second draw, timed once: a second confirmation pass times that one, and stops."""
+    from harness import experiment as exp_mod
+
+    real, calls = exp_mod.run_kernel, []
+    times = [1000.0, 1100.0, 1200.0, 1300.0, 5000.0, 1100.0, 1.0, 1.0]
+
+    def run(*args, **kwargs):
+        res = real(*args, **kwargs)
+        calls.append(1)
+        return dataclasses.replace(res, times_ns=[times[len(calls) - 1]] * len(res.times_ns))
+
+    monkeypatch.setattr(exp_mod, "run_kernel", run)
+    e = _experiment(tmp_path, shared_cache, "random", 4)
+    e.search = dataclasses.replace(e.search, confirm=1)
+    e.timing = dataclasses.replace(e.timing, rounds=2)
+    msgs: list[str] = []
+    run_experiment(e, progress=msgs.append)
+    assert len(calls) == 6
+    assert any("confirming again (2/3)" in m for m in msgs)
+    drawn = store.load(tmp_path, "search_random").set_index("search_index")["round_medians_ns"]
+    assert [list(drawn[i]) for i in range(4)] == [[1000.0, 5000.0], [1100.0, 1100.0], [1200.0], [1300.0]]
 
 
 def test_a_growing_search_retimes_the_baselines_beside_each_confirmation(
