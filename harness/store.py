@@ -413,10 +413,11 @@ def read_row(results_dir: Path, experiment: str, rid: str) -> dict[str, Any] | N
     if path.exists():
         rows = pq.read_table(path).to_pylist()
         return rows[0] if rows else None
-    where = _compacted_ids(results_dir, experiment).get(rid)
-    if where is None:
+    if rid not in _compacted_ids(results_dir, experiment):
         return None
-    return _read_compacted(_rows_dir(results_dir, experiment) / COMPACTED).slice(where, 1).to_pylist()[0]
+    table = _read_compacted(_rows_dir(results_dir, experiment) / COMPACTED)
+    ids = _ids(table)  # of this very table: a compaction may have replaced it since the lookup
+    return table.slice(ids.index(rid), 1).to_pylist()[0] if rid in ids else None
 
 
 def has_row(results_dir: Path, experiment: str, row_id: str) -> bool:
@@ -457,16 +458,16 @@ def _read_compacted(path: Path) -> pa.Table:
 
 
 @functools.lru_cache(maxsize=8)
-def _ids_at(path: str, version: tuple[int, int, int]) -> dict[str, int]:
-    """Row id -> position in a compacted table; ``version`` (inode, mtime, size) keys the cache to one
-    version of the file (compaction replaces it, never edits it)."""
-    return {rid: i for i, rid in enumerate(_ids(_read_compacted(Path(path))))}
+def _ids_at(path: str, version: tuple[int, int, int]) -> frozenset[str]:
+    """Row ids of a compacted table; ``version`` (inode, mtime, size) keys the cache to one version of the
+    file (compaction replaces it, never edits it)."""
+    return frozenset(_ids(_read_compacted(Path(path))))
 
 
-def _compacted_ids(results_dir: Path, experiment: str) -> dict[str, int]:
+def _compacted_ids(results_dir: Path, experiment: str) -> frozenset[str]:
     path = _rows_dir(results_dir, experiment) / COMPACTED
     version = _stamp(path)
-    return {} if version is None else _ids_at(str(path), version)
+    return frozenset() if version is None else _ids_at(str(path), version)
 
 
 def _experiment_table(directory: Path) -> pa.Table | None:
