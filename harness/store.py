@@ -376,7 +376,14 @@ def write_row(results_dir: Path, row: dict[str, Any], sync: bool = True) -> Path
     )
     final = row_path(results_dir, row["experiment"], rid)
     final.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f"{_TMP_PREFIX}{rid}-", suffix=".tmp", dir=final.parent)
+    _write_atomically(table, final, rid, sync)
+    return final
+
+
+def _write_atomically(table: pa.Table, final: Path, tag: str, sync: bool = True) -> None:
+    """Write ``table`` to a temp file beside ``final`` (named after ``tag``), fsync it and rename it over
+    ``final``, then fsync the directory: a killed writer leaves the old file or the new one, never half."""
+    fd, tmp_name = tempfile.mkstemp(prefix=f"{_TMP_PREFIX}{tag}-", suffix=".tmp", dir=final.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
             pq.write_table(table, fh)
@@ -390,7 +397,6 @@ def write_row(results_dir: Path, row: dict[str, Any], sync: bool = True) -> Path
         raise
     if sync:
         _fsync_dir(final.parent)
-    return final
 
 
 def _fsync_dir(path: Path) -> None:
@@ -415,7 +421,7 @@ def read_row(results_dir: Path, experiment: str, rid: str) -> dict[str, Any] | N
         return rows[0] if rows else None
     if rid not in _compacted_ids(results_dir, experiment):
         return None
-    table = _read_compacted(_rows_dir(results_dir, experiment) / COMPACTED)
+    table = _read([_rows_dir(results_dir, experiment) / COMPACTED])
     ids = _ids(table)  # of this very table: a compaction may have replaced it since the lookup
     return table.slice(ids.index(rid), 1).to_pylist()[0] if rid in ids else None
 
@@ -453,15 +459,16 @@ def _ids(table: pa.Table) -> list[str]:
     return [row_id(*vals) for vals in zip(*cols, strict=True)]
 
 
-def _read_compacted(path: Path) -> pa.Table:
-    return ds.dataset(str(path), schema=SCHEMA, format="parquet").to_table()
+def _read(paths: list[Path]) -> pa.Table:
+    """Row files or a compacted table, today's schema applied (columns added since read as null)."""
+    return ds.dataset([str(p) for p in paths], schema=SCHEMA, format="parquet").to_table()
 
 
 @functools.lru_cache(maxsize=8)
 def _ids_at(path: str, version: tuple[int, int, int]) -> frozenset[str]:
     """Row ids of a compacted table; ``version`` (inode, mtime, size) keys the cache to one version of the
     file (compaction replaces it, never edits it)."""
-    return frozenset(_ids(_read_compacted(Path(path))))
+    return frozenset(_ids(_read([Path(path)])))
 
 
 def _compacted_ids(results_dir: Path, experiment: str) -> frozenset[str]:
@@ -480,11 +487,11 @@ def _experiment_table(directory: Path) -> pa.Table | None:
 
 
 def _read_experiment(directory: Path) -> pa.Table | None:
-    files = [str(f) for f in _row_files_in(directory)]
-    parts = [ds.dataset(files, schema=SCHEMA, format="parquet").to_table()] if files else []
+    files = _row_files_in(directory)
+    parts = [_read(files)] if files else []
     compacted = directory / COMPACTED
     if compacted.is_file():
-        parts.insert(0, _read_compacted(compacted))
+        parts.insert(0, _read([compacted]))
     return _newest(pa.concat_tables(parts)) if len(parts) > 1 else (parts[0] if parts else None)
 
 
@@ -513,19 +520,8 @@ def _rewrite_compacted(directory: Path, newer: pa.Table) -> None:
     """The compacted table with ``newer``'s rows added (replacing its copies of them): written next to the
     old one, fsynced and renamed over it."""
     path = directory / COMPACTED
-    merged = _newest(pa.concat_tables([_read_compacted(path), newer]) if path.is_file() else newer)
-    fd, tmp_name = tempfile.mkstemp(prefix=f"{_TMP_PREFIX}compacted-", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            pq.write_table(merged, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp_name, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp_name)
-        raise
-    _fsync_dir(directory)
+    merged = _newest(pa.concat_tables([_read([path]), newer]) if path.is_file() else newer)
+    _write_atomically(merged, path, "compacted")
 
 
 def compact(results_dir: Path, experiment: str) -> int:
@@ -542,9 +538,7 @@ def compact(results_dir: Path, experiment: str) -> int:
         seen = {f: _stamp(f) for f in _row_files_in(directory)}  # before reading: replaced later -> kept
         if not seen:
             return 0
-        _rewrite_compacted(
-            directory, ds.dataset([str(f) for f in seen], schema=SCHEMA, format="parquet").to_table()
-        )
+        _rewrite_compacted(directory, _read(list(seen)))
         for f, stamp in seen.items():
             if _stamp(f) == stamp:
                 f.unlink()
