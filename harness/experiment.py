@@ -217,13 +217,15 @@ def run_experiment(
     if strategy is not None:
         rows = _run_search(exp, m, peaks, tensors, exp_flags, say, todo, strategy)
         for n in range(CONFIRM_PASSES if exp.timing.rounds > 1 else 0):
-            libs, found = _confirmed(exp, m, say)
-            if n and (not found or _rounds_of(found[0][1]) >= exp.timing.rounds):
-                break  # the best found is confirmed
+            libs, found, leaders = _confirmed(exp, m, say)
+            short = [r for r in leaders if _rounds_of(r) < exp.timing.rounds]
+            if n and not short:
+                break  # the best found (and the best of each run prefix confirm_within names) is confirmed
             if n:
                 say(
-                    f"[{exp.name}] the best found now has fewer than {exp.timing.rounds} rounds (those "
-                    f"confirmed ran slower in theirs): confirming again ({n + 1}/{CONFIRM_PASSES})"
+                    f"[{exp.name}] {len(short)} best-of row(s) now have fewer than {exp.timing.rounds} "
+                    f"rounds (those confirmed ran slower in theirs): confirming again "
+                    f"({n + 1}/{CONFIRM_PASSES})"
                 )
             rows = _interleaved_rounds(exp, m, tensors, say, rows, [c for c, _ in found], beside=libs)
         return rows
@@ -323,19 +325,28 @@ CONFIRM_PASSES = 3
 
 def _confirmed(
     exp: Experiment, m: machine_mod.Machine, say: Callable[[str], None]
-) -> tuple[list[Candidate], list[tuple[Candidate, dict[str, Any]]]]:
+) -> tuple[list[Candidate], list[tuple[Candidate, dict[str, Any]]], list[dict[str, Any]]]:
     """What a search's timing rounds re-time: the ``search.confirm`` best candidates found (every run of
-    the search so far, by median % of peak), best first, each with its stored row, and, beside them, the
+    the search so far, by median % of peak) and the ``confirm`` best of this run's first N proposals for
+    each N of ``search.confirm_within``, best first, each with its stored row, and, beside them, the
     baselines, so the search's winner and the libraries are compared in the same minutes rather than hours
-    apart."""
+    apart. Also the leaders: the stored row of the best found and of each prefix's best, which must end
+    with every round."""
     assert exp.search is not None
     mine = _stored_rows(exp, m)
     if mine.empty:
-        return [], []
+        return [], [], []
     ok = mine[(mine["status"] == "ok") & mine["pct_peak_median"].notna()]
     libs = ok[ok["candidate_kind"] == "baseline"]
-    found = ok[ok["candidate_kind"] != "baseline"].nlargest(exp.search.confirm, "pct_peak_median")
-    return [c for c, _ in _candidates_of(libs, exp, say)], _candidates_of(found, exp, say)
+    schemes = ok[ok["candidate_kind"] != "baseline"]
+    index = pd.to_numeric(schemes["search_index"], errors="coerce")
+    mine_run = schemes[(schemes["search_seed"] == exp.search.seed) & index.notna()]
+    tops = [schemes.nlargest(exp.search.confirm, "pct_peak_median")]
+    tops += [mine_run[index[mine_run.index] < n].nlargest(exp.search.confirm, "pct_peak_median")
+             for n in exp.search.confirm_within]  # fmt: skip
+    leaders = [t.iloc[0].to_dict() for t in tops if len(t)]
+    found = pd.concat(tops).drop_duplicates("candidate_key").sort_values("pct_peak_median", ascending=False)
+    return [c for c, _ in _candidates_of(libs, exp, say)], _candidates_of(found, exp, say), leaders
 
 
 def _candidates_of(

@@ -216,6 +216,43 @@ def test_a_draw_that_overtakes_the_confirmed_best_is_confirmed_too(
     assert [list(drawn[i]) for i in range(4)] == [[1000.0, 5000.0], [1100.0, 1100.0], [1200.0], [1300.0]]
 
 
+def test_confirm_within_confirms_the_best_of_the_first_draws_too(
+    tmp_path: Path, shared_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Draws time 1200, 1300, 1000, 1400 ns: search.confirm=1 alone confirms only the third (the best
+    found); confirm_within=[2] also confirms the first, the best of the first two draws (a "best of 2"
+    a figure would report), and nothing else."""
+    from harness import experiment as exp_mod
+
+    real, calls = exp_mod.run_kernel, []
+    times = [1200.0, 1300.0, 1000.0, 1400.0]
+
+    def run(*args, **kwargs):
+        res = real(*args, **kwargs)
+        calls.append(1)
+        t = times[len(calls) - 1] if len(calls) <= len(times) else 1100.0
+        return dataclasses.replace(res, times_ns=[t] * len(res.times_ns))
+
+    monkeypatch.setattr(exp_mod, "run_kernel", run)
+    e = _experiment(tmp_path, shared_cache, "random", 4)
+    e.search = dataclasses.replace(e.search, confirm=1, confirm_within=(2,))
+    e.timing = dataclasses.replace(e.timing, rounds=2)
+    run_experiment(e, progress=lambda _m: None)
+    assert len(calls) == 6
+    drawn = store.load(tmp_path, "search_random").set_index("search_index")["round_medians_ns"]
+    assert [len(drawn[i]) for i in range(4)] == [2, 1, 2, 1]
+
+
+def test_confirm_within_is_validated() -> None:
+    assert SearchConfig.from_config({"strategy": "random", "confirm_within": [1000, 100]}).confirm_within == (
+        100,
+        1000,
+    )
+    for bad in ([0], ["100"], 100, [True]):
+        with pytest.raises(SearchError, match="confirm_within"):
+            SearchConfig.from_config({"strategy": "random", "confirm_within": bad})
+
+
 def test_a_growing_search_retimes_the_baselines_beside_each_confirmation(
     tmp_path: Path, shared_cache: Path
 ) -> None:
