@@ -9,7 +9,7 @@ JOBS ?= 2
 .PHONY: setup quick full test lint clean-results restore-measured
 
 # Idempotent: Debian packages when run as root, a virtual environment, the project (editable) with its
-# dev tools, and MKL from PyPI for the vendor baseline.
+# dev tools, MKL from PyPI for the vendor baseline, and Apache TVM for the optional TVM convolution baseline.
 setup: $(VENV)/.setup-done
 
 $(VENV)/.setup-done: pyproject.toml
@@ -25,6 +25,7 @@ $(VENV)/.setup-done: pyproject.toml
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q -e '.[dev]'
 	$(PIP) install -q mkl || echo "mkl not installable here: the MKL baseline will be reported as unavailable"
+	$(PIP) install -q -e '.[tvm]' || echo "TVM not installable here: the tvm baseline will be reported as unavailable"
 	touch $@
 
 # The quick reproduction: a handful of matmul and conv schemes plus library baselines, then the report.

@@ -16,6 +16,7 @@ import glob
 import os
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 from kernels.candidate import Candidate, KernelSource, Workload
 
@@ -349,8 +350,29 @@ def _render_onednn_conv(workload: Workload, threads: int = 1, blocked: bool = Fa
     return KernelSource(code=code, target="any", libs=libs)
 
 
-#: Baselines of the convolution only (not matmul libraries): oneDNN in the layouts it chooses.
-CONV_ONLY = ("onednn-blocked",)
+def _render_tvm_conv(candidate: Candidate, workload: Workload, threads: int) -> KernelSource:
+    from kernels import tvm_conv
+
+    module = candidate.option("module", None)
+    if not module:
+        raise ValueError("baseline tvm needs option module=<the .so harness tvm-tune exported>")
+    if threads != 1:
+        raise ValueError(f"baseline tvm is tuned for one core; threads={threads} is not supported")
+    if reason := tvm_conv.unavailable():
+        raise BaselineUnavailable(f"tvm: {reason}")
+    if not os.path.exists(str(module)):
+        raise BaselineUnavailable(f"tvm: no module {module} (harness tvm-tune exports it)")
+    include, ffi = tvm_conv.ffi_paths()
+    libs = tuple(f"-Wl,--no-as-needed,{f}" for f in (module, ffi)) + tuple(
+        f"-Wl,-rpath,{os.path.dirname(os.path.realpath(str(f)))}" for f in (module, ffi)
+    )
+    code = tvm_conv.wrapper_source(Path(str(module)), workload)
+    return KernelSource(code=code, target="any", cflags=(f"-I{include}",), libs=libs)
+
+
+#: Baselines of the convolution only (not matmul libraries): oneDNN in the layouts it chooses, and a
+#: TVM module tuned for the layer (kernels.tvm_conv; option ``module``: the exported library).
+CONV_ONLY = ("onednn-blocked", "tvm")
 #: Every name a baseline candidate may have.
 BASELINE_NAMES = (*sorted(BLAS), *CONV_ONLY)
 
@@ -365,6 +387,8 @@ def render_baseline(candidate: Candidate, workload: Workload) -> KernelSource:
         raise ValueError(f"baseline {name}: threads must be >= 1, got {threads}")
     if name in ("onednn", "onednn-blocked") and workload.op.name == "conv2d":
         return _render_onednn_conv(workload, threads, blocked=name == "onednn-blocked")
+    if name == "tvm" and workload.op.name == "conv2d":
+        return _render_tvm_conv(candidate, workload, threads)
     if name in CONV_ONLY:
         raise BaselineUnavailable(f"baseline {name} is a convolution, not {workload.op.name}")
     if workload.op.name != "matmul":

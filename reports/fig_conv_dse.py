@@ -36,6 +36,7 @@ from harness.analysis import n_rounds, round_ratio  # noqa: E402
 from reports.figures import CLAIMS, PaperFigure, _paper, _save, mean_ci  # noqa: E402
 
 RANDOM = "ttile_conv_random"
+TVM = "tvm_conv"  # harness tvm-tune: MetaSchedule-tuned TVM modules, Fig 6.3's "AutoTVM" bars
 LAYER_RE = re.compile(r"^(yolo9000|resnet18)_(\d+)")
 GROUPS = (  # the four panels of Figs 5.11-5.14 / 5.15-5.18
     ("Yolo9000 00-09", "yolo9000", 0, 9),
@@ -286,12 +287,19 @@ def best_vs_onednn(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
                          "ratio 1000 min": ratio_1000[1], "ratio 1000 max": ratio_1000[2],
                          })  # fmt: skip
         table = pd.DataFrame(rows)
-        series = (small_col, big_col, "onednn")
+        tvm = _tvm_best(summary, fp)
+        table["tvm"] = table["layer"].map(tvm["pct_peak_median"])
+        table["tvm trials"] = table["layer"].map(tvm["trials"])
+        series: tuple[str, ...] = (small_col, big_col, "onednn")
+        colors = ["#90cdf4", "#2b6cb0", "#c53030"]
+        if table["tvm"].notna().any():
+            series, colors = (*series, "tvm"), [*colors, "#d69e2e"]
         fig, ax = plt.subplots(figsize=(max(6, 0.6 * len(table) + 2), 4))
-        width = 0.27
+        width = 0.8 / len(series)
         xs = np.arange(len(table))
-        for i, (col, color) in enumerate(zip(series, ("#90cdf4", "#2b6cb0", "#c53030"), strict=True)):
-            ax.bar(xs + (i - 1) * width, table[col].to_numpy(float), width, label=col, color=color)
+        for i, (col, color) in enumerate(zip(series, colors, strict=True)):
+            ax.bar(xs + (i - (len(series) - 1) / 2) * width, table[col].to_numpy(float), width, label=col,
+                   color=color)  # fmt: skip
         ax.set_xticks(xs, table["layer"], rotation=60, ha="right", fontsize=7)
         ax.set(ylabel="% of calibrated peak", ylim=(0, 105))
         ax.legend(fontsize=8, bbox_to_anchor=(1.01, 1), loc="upper left")  # beside the bars
@@ -307,7 +315,7 @@ def best_vs_onednn(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
         for net, t in complete.groupby("network"):
             # the best of 1000 may cover only some layers: oneDNN is averaged over the same ones beside it
             big = t.dropna(subset=[big_col])
-            averages.append({"network": net, **{s: weighted(t, s) for s in series},
+            averages.append({"network": net, **{s: weighted(t, s) for s in (small_col, big_col, "onednn")},
                              "onednn of 1000": weighted(big, "onednn"),
                              "layers of 1000": len(big), "layers": len(t)})  # fmt: skip
         avg_t = pd.DataFrame(averages)
@@ -358,6 +366,17 @@ def best_vs_onednn(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
                     f"; best of 1000 paired by round time on {len(paired)} layers: "
                     f"{_agreement(paired, 'ratio 1000 min', 'ratio 1000 max')}"
                 )
+            tvm_on = both.dropna(subset=["tvm"])
+            if len(tvm_on):
+                trials = sorted({int(t) for t in tvm_on["tvm trials"].dropna()})
+                measured += (
+                    f"; TVM (MetaSchedule, {'/'.join(map(str, trials))} trials) on {len(tvm_on)} layers: "
+                    f"{small_col} beats it on {int((tvm_on[small_col] > tvm_on['tvm']).sum())}, weighted "
+                    + ", ".join(
+                        f"{net}: {weighted(t, small_col):.1f}% vs TVM {weighted(t, 'tvm'):.1f}%"
+                        for net, t in tvm_on.groupby("network")
+                    )  # fmt: skip
+                )
             if short:
                 measured += f"; left out (fewer than {small} draws): {', '.join(short)}"
         figures.append(_paper(
@@ -367,13 +386,26 @@ def best_vs_onednn(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
             "per-network averages weighted by each layer's flops; reproduced if the best of 100 is above "
             "oneDNN on every network and on more than half of the layers", image=image, csv=csv,
             table=[*table.round(2).to_dict("records"), *avg_t.round(2).to_dict("records")],
-            ours=ours, unit=f"share of layers won ({small_col} > oneDNN)", experiments=[RANDOM],
+            ours=ours, unit=f"share of layers won ({small_col} > oneDNN)",
+            experiments=[RANDOM, TVM] if "tvm" in series else [RANDOM],
             counts=_counts(schemes),
         ))  # fmt: skip
     return figures
 
 
 _NO_RATIO = (np.nan, np.nan, np.nan)
+
+
+def _tvm_best(summary: pd.DataFrame, fp: str) -> pd.DataFrame:
+    """Per layer, the best TVM module measured on machine ``fp`` (% of peak, median) and its trials."""
+    rows = summary[(summary["experiment"] == TVM) & (summary["machine_fingerprint"] == fp)
+                   & (summary["candidate_text"] == "tvm") & (summary["status"] == "ok")]  # fmt: skip
+    if rows.empty:
+        return pd.DataFrame({"pct_peak_median": pd.Series(dtype=float), "trials": pd.Series(dtype=float)})
+    best = rows.loc[rows.groupby("workload")["pct_peak_median"].idxmax()]
+    trials = best["label"].astype(str).str.extract(r"-t(\d+)-", expand=False).astype(float)
+    return pd.DataFrame({"pct_peak_median": best["pct_peak_median"].to_numpy(float),
+                         "trials": trials.to_numpy(float)}, index=best["workload"].to_numpy())  # fmt: skip
 
 
 def _paired_best(draws: pd.DataFrame, fast: pd.Series | None) -> tuple[pd.Series | None, tuple[float, ...]]:

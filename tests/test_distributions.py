@@ -141,6 +141,29 @@ def test_fig6_3_verdict_follows_the_comparison_with_onednn(tmp_path) -> None:  #
     assert pd.read_csv(tmp_path / Path(f.csv).name)["raced"].tolist() == [1]  # out_dir = tmp_path
 
 
+def test_fig6_3_shows_tvm_where_a_tuned_module_was_measured(tmp_path) -> None:  # noqa: ANN001
+    """harness tvm-tune's rows (experiment tvm_conv) add a TVM bar on the layers they cover, the best module
+    per layer with its trials; the verdict still compares with oneDNN."""
+    import pandas as pd
+
+    from reports import fig_conv_dse as fig
+
+    parts = []
+    for layer in ("yolo9000_12", "resnet18_02"):
+        parts.append(_summary(fig.RANDOM, layer, [70.0] * 99 + [80.0]))
+        parts.append(_summary(fig.RANDOM, layer, [60.0], kind="baseline", texts=["onednn"]))
+    mods = ["tvm (module=/r/tvm/yolo9000_12-t64-s0-xgb-evolutionary.so)",
+            "tvm (module=/r/tvm/yolo9000_12-t200-s0-xgb-evolutionary.so)"]  # fmt: skip
+    tvm = _summary(fig.TVM, "yolo9000_12", [75.0, 85.0], kind="baseline", texts=mods)
+    tvm["candidate_text"] = "tvm"
+    (f,) = fig.best_vs_onednn(pd.concat([*parts, tvm], ignore_index=True), tmp_path)
+    table = {r["layer"]: r for r in f.table if "layer" in r}
+    assert table["yolo9000_12"]["tvm"] == 85.0 and table["yolo9000_12"]["tvm trials"] == 200
+    assert pd.isna(table["resnet18_02"]["tvm"])
+    assert "TVM (MetaSchedule, 200 trials) on 1 layers: best of 100 beats it on 0" in f.measured
+    assert f.verdict == "reproduced" and fig.TVM in f.experiments
+
+
 def test_fig6_3_pairs_the_confirmation_rounds_with_onednn(tmp_path) -> None:  # noqa: ANN001
     """The best of 100 and the faster oneDNN re-timed in 3 interleaved rounds: ahead in every round, behind
     in every round, or rounds that disagree, counted per layer (a round's times in ns: lower is faster)."""

@@ -1,0 +1,89 @@
+"""TVM baseline (optional, issue 5): tune each layer with MetaSchedule, then check and time it beside oneDNN.
+
+``harness tvm-tune --layers resnet18_06,yolo9000_12 [--trials 200] [--seed 0] [--cost-model xgb]
+[--strategy evolutionary] [--rounds 3] [--if-available] [--results DIR]`` tunes each layer (a name of
+``conf/workload/``, a convolution; ``all``: the 23 layers of seed 000) for this CPU and one core
+(``kernels.tvm_conv``), exports the best schedule to ``DIR/tvm/`` and measures it, oneDNN and
+oneDNN-blocked through the standard pipeline (check before timing, interleaved rounds) as experiment
+``tvm_conv``: the report's Fig 6.3 shows its bars. Tuning measures on this machine, so run it with nothing
+else timing. A module already tuned with the same trials, seed, cost model and strategy is reused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from harness import machine as machine_mod
+from harness.commands import positive_int
+from harness.experiment import Experiment, run_experiment
+from harness.run import TimingConfig
+from kernels import tvm_conv
+from kernels.candidate import Candidate, Workload
+from kernels.conv_space import load_layers
+
+CONF = Path(__file__).resolve().parents[2] / "conf"
+WORKLOADS = CONF / "workload"
+EXPERIMENT = "tvm_conv"
+BESIDE = ("onednn", "onednn-blocked")
+
+
+def load_workload(name: str) -> Workload:
+    """A convolution of ``conf/workload/<name>.yaml`` (the same files Hydra composes)."""
+    path = WORKLOADS / f"{name}.yaml"
+    if not path.exists():
+        raise ValueError(f"no workload {name!r} (conf/workload/{name}.yaml)")
+    conf = OmegaConf.load(path)
+    op = conf.get("defaults", [{}])[0].get("override /op") if conf.get("defaults") else None
+    if op != "conv2d":
+        raise ValueError(f"workload {name!r} is not a convolution (op {op!r})")
+    sizes = {k: int(v) for k, v in conf.workload.sizes.items()}
+    return Workload.make(name, "conv2d", sizes, stride=int(conf.op.stride))
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="harness tvm-tune", description=__doc__.splitlines()[0])
+    p.add_argument("--layers", required=True, help="comma-separated workload names, or 'all' (23 layers)")
+    p.add_argument("--trials", type=positive_int, default=200, help="MetaSchedule trials per layer")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--cost-model", choices=tvm_conv.COST_MODELS, default="xgb")
+    p.add_argument("--strategy", choices=tvm_conv.STRATEGIES, default="evolutionary")
+    p.add_argument(
+        "--if-available",
+        action="store_true",
+        help="without TVM installed, say so and exit 0 (the workflow's job: Fig 6.3 then has no TVM bar)",
+    )
+    p.add_argument("--rounds", type=positive_int, default=3, help="interleaved timing rounds")
+    p.add_argument("--results", type=Path, default=Path("results"))
+    return p
+
+
+def main(argv: list[str]) -> None:
+    args = _parser().parse_args(argv)
+    names = [layer.name for layer in load_layers()] if args.layers == "all" else args.layers.split(",")
+    try:
+        layers = [load_workload(n.strip()) for n in names if n.strip()]
+    except ValueError as exc:
+        print(f"harness tvm-tune: error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    if reason := tvm_conv.unavailable():
+        what = "nothing measured" if args.if_available else "error"
+        print(f"harness tvm-tune: {what}: {reason}", file=sys.stderr)
+        raise SystemExit(0 if args.if_available else 2)
+    m = machine_mod.detect()
+    hot = OmegaConf.to_container(OmegaConf.load(CONF / "timing" / "hot.yaml"))  # the sweeps' timing
+    timing = TimingConfig(**{**hot, "rounds": args.rounds})  # type: ignore[arg-type]
+    for n, w in enumerate(layers, 1):
+        say = f"[{EXPERIMENT}] layer {n}/{len(layers)} {w.name}"
+        print(f"{say}: tuning ({args.trials} trials)", file=sys.stderr)
+        tuned = tvm_conv.tune(w, args.trials, args.results / "tvm", args.seed, args.cost_model, args.strategy)
+        rec = tuned.record
+        print(f"[{EXPERIMENT}] {w.name}: tuned in {rec['tuning_seconds']} s, TVM's best "
+              f"{rec['tvm_best_latency_s']} s: {tuned.path}", file=sys.stderr)  # fmt: skip
+        cands = [Candidate("baseline", "tvm", (("module", str(tuned.path.resolve())),))]
+        cands += [Candidate("baseline", b) for b in BESIDE]
+        exp = Experiment(EXPERIMENT, w, cands, timing=timing, results_dir=args.results)
+        run_experiment(exp, machine=m)

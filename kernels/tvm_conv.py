@@ -1,0 +1,241 @@
+"""Apache TVM as a second convolution baseline (seed 000 compares its search with oneDNN and with TVM).
+
+The layer is written in TVM's tensor-expression language with our operator's exact semantics,
+``O[h][w][k] += I[h*stride+r][w*stride+s][c] * K[r][s][c][k]`` (NHWC, HWIO, batch 1, no padding), tuned by
+MetaSchedule (TVM's auto-scheduler since Ansor was removed) for this CPU and one core, and exported as a
+shared library. :func:`wrapper_source` calls it through the kernel ABI (``int kernel(float *const *tensors,
+void *ws)``), so the harness checks and times it like any candidate (baseline ``tvm``, option ``module``).
+
+TVM comes from PyPI (``pip install '.[tvm]'``: apache-tvm 0.27.0.post1 needs apache-tvm-ffi 0.1.14.post0;
+with the newer 0.1.15.post2 that its ``>=`` allows, every IR serialisation segfaults, found 2026-11-24).
+Nothing here imports TVM at module level: the harness runs without it and reports the baseline
+unavailable.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kernels.candidate import Workload
+
+#: MetaSchedule's cost models: "xgb" (its default, learned) or "random" (no model: quick tests), and its
+#: search strategies: "evolutionary" (its default) or "replay-trace" (random schedules: quick tests).
+COST_MODELS = ("xgb", "random")
+STRATEGIES = ("evolutionary", "replay-trace")
+
+
+class TVMUnavailable(RuntimeError):
+    """TVM or its FFI is not installed here (the message says how to install it)."""
+
+
+def unavailable() -> str | None:
+    """Why TVM cannot be used here, or None."""
+    for mod in ("tvm", "tvm_ffi"):
+        if importlib.util.find_spec(mod) is None:
+            return f"{mod} is not installed (pip install '.[tvm]' installs Apache TVM from PyPI)"
+    return None
+
+
+def ffi_paths() -> tuple[Path, Path]:
+    """tvm_ffi's C headers directory and its shared library (the exported module calls back into it to
+    report an argument error)."""
+    spec = importlib.util.find_spec("tvm_ffi")
+    if spec is None or spec.origin is None:
+        raise TVMUnavailable(unavailable() or "tvm_ffi not found")
+    root = Path(spec.origin).parent
+    include, lib = root / "include", root / "lib" / "libtvm_ffi.so"
+    if not (include / "tvm" / "ffi" / "c_api.h").exists() or not lib.exists():
+        raise TVMUnavailable(f"tvm_ffi at {root} has no include/tvm/ffi/c_api.h or lib/libtvm_ffi.so")
+    return include, lib
+
+
+def _geometry(workload: Workload) -> tuple[dict[str, int], int]:
+    if workload.op.name != "conv2d":
+        raise ValueError(f"the TVM baseline is a convolution, not {workload.op.name}")
+    return dict(workload.size), int(dict(workload.op.params).get("stride", 1))
+
+
+def prim_func(workload: Workload, wrong_reduction: bool = False) -> Any:
+    """The layer as a TIR function ``main(I, K, O0, O)`` computing ``O = O0 + conv(I, K)``; the wrapper
+    passes our output buffer as both O0 and O (each element is read before it is written, and the
+    function is marked as allowing aliases). ``wrong_reduction`` drops the last input channel: a mutant
+    the harness's check must reject."""
+    from tvm import te
+
+    z, st = _geometry(workload)
+    h, w, k, c, r, s = (z[d] for d in "hwkcrs")
+    ih, iw = (h - 1) * st + r, (w - 1) * st + s
+    inp = te.placeholder((ih, iw, c), "float32", name="I")
+    wei = te.placeholder((r, s, c, k), "float32", name="K")
+    old = te.placeholder((h, w, k), "float32", name="O0")
+    rr, rs = te.reduce_axis((0, r), "r"), te.reduce_axis((0, s), "s")
+    rc = te.reduce_axis((0, c - 1 if wrong_reduction else c), "c")
+    conv = te.compute(
+        (h, w, k),
+        lambda y, x, f: te.sum(inp[y * st + rr, x * st + rs, rc] * wei[rr, rs, rc, f], axis=[rr, rs, rc]),
+        name="conv",
+    )
+    out = te.compute((h, w, k), lambda y, x, f: old[y, x, f] + conv[y, x, f], name="O")
+    return te.create_prim_func([inp, wei, old, out]).with_attr("tir.noalias", False)
+
+
+def host_target() -> Any:
+    """LLVM for this CPU (its -mcpu, so AVX2 or AVX-512 as the host has), one core: a single-thread
+    baseline, as oneDNN is run."""
+    import tvm
+    from tvm.target import codegen
+
+    return tvm.target.Target({"kind": "llvm", "mcpu": codegen.llvm_get_system_cpu(), "num-cores": 1})
+
+
+@dataclass(frozen=True)
+class TunedModule:
+    path: Path  # the exported shared library
+    record: dict[str, Any]  # how it was made: TVM version, target, trials, seed, seconds, TVM's own latency
+
+
+def module_path(out_dir: Path, workload: Workload, trials: int, seed: int, how: str) -> Path:
+    return Path(out_dir) / f"{workload.name}-t{trials}-s{seed}-{how}.so"
+
+
+def tune(
+    workload: Workload,
+    trials: int,
+    out_dir: Path,
+    seed: int = 0,
+    cost_model: str = "xgb",
+    strategy: str = "evolutionary",
+    wrong_reduction: bool = False,
+) -> TunedModule:
+    """Tune the layer with MetaSchedule (``trials`` measured candidates, on this machine), export the best
+    as ``module_path(...)`` and write its record beside it (``.json``). An existing module is reused."""
+    if reason := unavailable():
+        raise TVMUnavailable(reason)
+    if trials < 1:
+        raise ValueError(f"trials must be >= 1, got {trials}")
+    if cost_model not in COST_MODELS:
+        raise ValueError(f"cost_model must be one of {COST_MODELS}, got {cost_model!r}")
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
+    path = module_path(out_dir, workload, trials, seed, f"{cost_model}-{strategy}")
+    if wrong_reduction:
+        path = path.with_name(path.stem + "-mutant.so")
+    meta = path.with_suffix(".json")
+    if path.exists() and meta.exists():
+        return TunedModule(path, json.loads(meta.read_text()))
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    mod = tvm.IRModule({"main": prim_func(workload, wrong_reduction)})
+    target = host_target()
+    work = path.with_suffix(".tuning")
+    start = time.monotonic()
+    db = ms.tune_tir(mod, target, work_dir=str(work), max_trials_global=trials,
+                     num_trials_per_iter=min(64, trials), num_tuning_cores=1, seed=seed,
+                     cost_model=cost_model, strategy=strategy)  # fmt: skip
+    sch = ms.tir_integration.compile_tir(db, mod, target)
+    if sch is None:
+        raise RuntimeError(f"MetaSchedule found no valid schedule for {workload.name} in {trials} trials")
+    lib = tvm.compile(sch.mod, target=target)
+    tmp = path.with_suffix(".tmp.so")
+    lib.export_library(str(tmp))
+    tmp.replace(path)  # complete or absent: a crash never leaves half a module under the final name
+    best = [rec.run_secs for rec in db.get_all_tuning_records() if rec.run_secs]
+    latency = min((float(min(x.value for x in secs)) for secs in best), default=None)
+    record = {
+        "tvm": tvm.__version__, "target": str(target), "trials": trials, "seed": seed,
+        "cost_model": cost_model, "strategy": strategy, "tuning_seconds": round(time.monotonic() - start, 1),
+        "tvm_best_latency_s": latency, "schedule_trace": str(sch.trace) if sch.trace else None,
+        "module_sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+    }  # fmt: skip
+    meta.write_text(json.dumps(record, indent=1))
+    return TunedModule(path, record)
+
+
+def wrapper_source(module: Path, workload: Workload) -> str:
+    """C source of the kernel ABI around the exported module's ``__tvm_ffi_main`` (TVM FFI's C calling
+    convention: an array of tagged values, here four DLTensor pointers). The module's hash is in the
+    source, so a re-tuned module is a new source hash in the row."""
+    z, st = _geometry(workload)
+    h, w, k, c, r, s = (z[d] for d in "hwkcrs")
+    ih, iw = (h - 1) * st + r, (w - 1) * st + s
+    digest = hashlib.sha256(Path(module).read_bytes()).hexdigest()
+    return f"""/* baseline: tvm (MetaSchedule), 1 thread, NHWC x HWIO -> NHWC, stride {st} */
+/* O[{h}][{w}][{k}] += I[{ih}][{iw}][{c}] * K[{r}][{s}][{c}][{k}] */
+/* module: {Path(module).resolve()} sha256 {digest} */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <dlpack/dlpack.h>
+#include <tvm/ffi/c_api.h>
+
+extern int __tvm_ffi_main(void *self, const TVMFFIAny *args, int32_t num_args, TVMFFIAny *result);
+
+/* The module calls the TVM runtime through function pointers its loader fills in; without the runtime we
+   fill them: one thread (a parallel loop runs as one task, as TVM_NUM_THREADS=1 would) and 64-byte aligned
+   workspaces. Weak: a module declares only the ones it uses. */
+typedef struct {{ void *sync_handle; int32_t num_task; }} TVMParallelGroupEnv;
+typedef int (*FTVMParallelLambda)(int task_id, TVMParallelGroupEnv *penv, void *cdata);
+extern void *__TVMBackendParallelLaunch __attribute__((weak));
+extern void *__TVMBackendParallelBarrier __attribute__((weak));
+extern void *__TVMBackendAllocWorkspace __attribute__((weak));
+extern void *__TVMBackendFreeWorkspace __attribute__((weak));
+
+static int launch(FTVMParallelLambda flambda, void *cdata, int num_task) {{
+  (void)num_task;
+  TVMParallelGroupEnv env = {{NULL, 1}};
+  return flambda(0, &env, cdata);
+}}
+static int barrier(int task_id, TVMParallelGroupEnv *penv) {{ (void)task_id; (void)penv; return 0; }}
+static void *alloc_ws(int device_type, int device_id, uint64_t nbytes, int code, int bits) {{
+  (void)device_type; (void)device_id; (void)code; (void)bits;
+  return aligned_alloc(64, (nbytes + 63) / 64 * 64);
+}}
+static int free_ws(int device_type, int device_id, void *ptr) {{
+  (void)device_type; (void)device_id;
+  free(ptr);
+  return 0;
+}}
+
+static int64_t shape_i[3] = {{{ih}, {iw}, {c}}}, shape_k[4] = {{{r}, {s}, {c}, {k}}};
+static int64_t shape_o[3] = {{{h}, {w}, {k}}};
+
+static DLTensor tensor(void *data, int64_t *shape, int32_t ndim) {{
+  DLTensor t;
+  memset(&t, 0, sizeof t);
+  t.data = data;
+  t.device.device_type = kDLCPU;
+  t.ndim = ndim;
+  t.dtype.code = kDLFloat;
+  t.dtype.bits = 32;
+  t.dtype.lanes = 1;
+  t.shape = shape;  /* strides NULL: compact row-major, as our tensors are */
+  return t;
+}}
+
+int kernel(float *const *tensors, void *workspace) {{
+  (void)workspace;
+  if (&__TVMBackendParallelLaunch) __TVMBackendParallelLaunch = (void *)launch;
+  if (&__TVMBackendParallelBarrier) __TVMBackendParallelBarrier = (void *)barrier;
+  if (&__TVMBackendAllocWorkspace) __TVMBackendAllocWorkspace = (void *)alloc_ws;
+  if (&__TVMBackendFreeWorkspace) __TVMBackendFreeWorkspace = (void *)free_ws;
+  DLTensor t[4] = {{tensor(tensors[1], shape_i, 3), tensor(tensors[2], shape_k, 4),
+                    tensor(tensors[0], shape_o, 3), tensor(tensors[0], shape_o, 3)}};
+  TVMFFIAny args[4], result;
+  memset(args, 0, sizeof args);
+  memset(&result, 0, sizeof result);
+  for (int i = 0; i < 4; ++i) {{
+    args[i].type_index = kTVMFFIDLTensorPtr;
+    args[i].v_ptr = &t[i];
+  }}
+  result.type_index = kTVMFFINone;
+  return __tvm_ffi_main(NULL, args, 4, &result) ? 300 : 0;
+}}
+"""
