@@ -90,6 +90,27 @@ def _timing(t: dict[str, Any]) -> Any:
     return timing
 
 
+def workload_of(c: dict[str, Any]) -> Any:
+    """The Workload of a composed, resolved config (its ``workload`` and ``op`` groups)."""
+    from kernels.candidate import Workload
+
+    op = dict(c["op"])
+    op_name = op.pop("name")
+    return Workload.make(c["workload"]["name"], op_name, c["workload"]["sizes"], **op)
+
+
+def composed(overrides: list[str]) -> dict[str, Any]:
+    """The default config with ``overrides``, as ``harness run`` composes it, resolved to plain data (for
+    commands that take a workload by name but run outside Hydra's launcher)."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        c = OmegaConf.to_container(compose("config", overrides=overrides), resolve=True)
+    assert isinstance(c, dict)
+    return c
+
+
 def build_experiment(cfg: Any) -> Any:
     """Experiment from a composed Hydra config (also used by tests and Snakemake rules)."""
     from omegaconf import OmegaConf
@@ -101,14 +122,11 @@ def build_experiment(cfg: Any) -> Any:
     from harness.run import RunLimits
     from harness.sanity import SanityConfig
     from harness.search import SearchConfig
-    from kernels.candidate import Workload
     from kernels.space import space_candidates
 
     c = OmegaConf.to_container(cfg, resolve=True)
     assert isinstance(c, dict)
-    op = dict(c["op"])
-    op_name = op.pop("name")
-    workload = Workload.make(c["workload"]["name"], op_name, c["workload"]["sizes"], **op)
+    workload = workload_of(c)
     m = machine_mod.detect()
     target = c["target"]
     if target == "auto":

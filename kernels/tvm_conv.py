@@ -55,10 +55,11 @@ def ffi_paths() -> tuple[Path, Path]:
     return include, lib
 
 
-def _geometry(workload: Workload) -> tuple[dict[str, int], int]:
+def _geometry(workload: Workload) -> tuple[dict[str, int], int, list[tuple[int, ...]]]:
+    """Sizes, stride and the ABI's tensor shapes (O, I, K: ``Workload.shapes``) of a convolution."""
     if workload.op.name != "conv2d":
         raise ValueError(f"the TVM baseline is a convolution, not {workload.op.name}")
-    return dict(workload.size), int(dict(workload.op.params).get("stride", 1))
+    return dict(workload.size), int(dict(workload.op.params).get("stride", 1)), workload.shapes()
 
 
 def prim_func(workload: Workload, wrong_reduction: bool = False) -> Any:
@@ -68,20 +69,18 @@ def prim_func(workload: Workload, wrong_reduction: bool = False) -> Any:
     the harness's check must reject."""
     from tvm import te
 
-    z, st = _geometry(workload)
-    h, w, k, c, r, s = (z[d] for d in "hwkcrs")
-    ih, iw = (h - 1) * st + r, (w - 1) * st + s
-    inp = te.placeholder((ih, iw, c), "float32", name="I")
-    wei = te.placeholder((r, s, c, k), "float32", name="K")
-    old = te.placeholder((h, w, k), "float32", name="O0")
-    rr, rs = te.reduce_axis((0, r), "r"), te.reduce_axis((0, s), "s")
-    rc = te.reduce_axis((0, c - 1 if wrong_reduction else c), "c")
+    z, st, (o_shape, i_shape, k_shape) = _geometry(workload)
+    inp = te.placeholder(i_shape, "float32", name="I")
+    wei = te.placeholder(k_shape, "float32", name="K")
+    old = te.placeholder(o_shape, "float32", name="O0")
+    rr, rs = te.reduce_axis((0, z["r"]), "r"), te.reduce_axis((0, z["s"]), "s")
+    rc = te.reduce_axis((0, z["c"] - 1 if wrong_reduction else z["c"]), "c")
     conv = te.compute(
-        (h, w, k),
+        o_shape,
         lambda y, x, f: te.sum(inp[y * st + rr, x * st + rs, rc] * wei[rr, rs, rc, f], axis=[rr, rs, rc]),
         name="conv",
     )
-    out = te.compute((h, w, k), lambda y, x, f: old[y, x, f] + conv[y, x, f], name="O")
+    out = te.compute(o_shape, lambda y, x, f: old[y, x, f] + conv[y, x, f], name="O")
     return te.create_prim_func([inp, wei, old, out]).with_attr("tir.noalias", False)
 
 
@@ -163,12 +162,12 @@ def wrapper_source(module: Path, workload: Workload) -> str:
     """C source of the kernel ABI around the exported module's ``__tvm_ffi_main`` (TVM FFI's C calling
     convention: an array of tagged values, here four DLTensor pointers). The module's hash is in the
     source, so a re-tuned module is a new source hash in the row."""
-    z, st = _geometry(workload)
-    h, w, k, c, r, s = (z[d] for d in "hwkcrs")
-    ih, iw = (h - 1) * st + r, (w - 1) * st + s
+    _, st, shapes = _geometry(workload)
+    o, i, k = ("".join(f"[{n}]" for n in shape) for shape in shapes)
+    o_dims, i_dims, k_dims = (", ".join(map(str, shape)) for shape in shapes)
     digest = hashlib.sha256(Path(module).read_bytes()).hexdigest()
     return f"""/* baseline: tvm (MetaSchedule), 1 thread, NHWC x HWIO -> NHWC, stride {st} */
-/* O[{h}][{w}][{k}] += I[{ih}][{iw}][{c}] * K[{r}][{s}][{c}][{k}] */
+/* O{o} += I{i} * K{k} */
 /* module: {Path(module).resolve()} sha256 {digest} */
 #include <stdint.h>
 #include <stdlib.h>
@@ -204,8 +203,8 @@ static int free_ws(int device_type, int device_id, void *ptr) {{
   return 0;
 }}
 
-static int64_t shape_i[3] = {{{ih}, {iw}, {c}}}, shape_k[4] = {{{r}, {s}, {c}, {k}}};
-static int64_t shape_o[3] = {{{h}, {w}, {k}}};
+static int64_t shape_i[3] = {{{i_dims}}}, shape_k[4] = {{{k_dims}}};
+static int64_t shape_o[3] = {{{o_dims}}};
 
 static DLTensor tensor(void *data, int64_t *shape, int32_t ndim) {{
   DLTensor t;

@@ -15,9 +15,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from omegaconf import OmegaConf
-
 from harness import machine as machine_mod
+from harness.cli import CONF_DIR, composed, workload_of
 from harness.commands import positive_int
 from harness.experiment import Experiment, run_experiment
 from harness.run import TimingConfig
@@ -25,23 +24,18 @@ from kernels import tvm_conv
 from kernels.candidate import Candidate, Workload
 from kernels.conv_space import load_layers
 
-CONF = Path(__file__).resolve().parents[2] / "conf"
-WORKLOADS = CONF / "workload"
 EXPERIMENT = "tvm_conv"
 BESIDE = ("onednn", "onednn-blocked")
 
 
 def load_workload(name: str) -> Workload:
-    """A convolution of ``conf/workload/<name>.yaml`` (the same files Hydra composes)."""
-    path = WORKLOADS / f"{name}.yaml"
-    if not path.exists():
+    """A convolution of ``conf/workload/<name>.yaml``, as ``harness run workload=<name>`` composes it."""
+    if not (CONF_DIR / "workload" / f"{name}.yaml").exists():
         raise ValueError(f"no workload {name!r} (conf/workload/{name}.yaml)")
-    conf = OmegaConf.load(path)
-    op = conf.get("defaults", [{}])[0].get("override /op") if conf.get("defaults") else None
-    if op != "conv2d":
-        raise ValueError(f"workload {name!r} is not a convolution (op {op!r})")
-    sizes = {k: int(v) for k, v in conf.workload.sizes.items()}
-    return Workload.make(name, "conv2d", sizes, stride=int(conf.op.stride))
+    w = workload_of(composed([f"workload={name}"]))
+    if w.op.name != "conv2d":
+        raise ValueError(f"workload {name!r} is not a convolution (op {w.op.name!r})")
+    return w
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -74,8 +68,8 @@ def main(argv: list[str]) -> None:
         print(f"harness tvm-tune: {what}: {reason}", file=sys.stderr)
         raise SystemExit(0 if args.if_available else 2)
     m = machine_mod.detect()
-    hot = OmegaConf.to_container(OmegaConf.load(CONF / "timing" / "hot.yaml"))  # the sweeps' timing
-    timing = TimingConfig(**{**hot, "rounds": args.rounds})  # type: ignore[arg-type]
+    default = composed([])["timing"]  # the default timing group, as harness run's
+    timing = TimingConfig(**{**default, "rounds": args.rounds})
     for n, w in enumerate(layers, 1):
         say = f"[{EXPERIMENT}] layer {n}/{len(layers)} {w.name}"
         print(f"{say}: tuning ({args.trials} trials)", file=sys.stderr)
