@@ -2,10 +2,11 @@
 session survives a machine that loses its disk between them.
 
 An archive holds a results directory's rows as one parquet table per experiment
-(``rows/<experiment>.parquet``) and its permutation simulations (``permutations/``). The store keeps one
-file per row (durable writes, resumable sweeps), but a row file weighs about 35 KB, mostly repeated
-metadata: the 23 000 rows of the 23-layer, 1000-draw study would be 800 MB that way. Unpacking validates
-every row and stores each experiment's rows in its compacted table (:func:`harness.store.add_rows`).
+(``rows/<experiment>.parquet``), its permutation simulations (``permutations/``) and the tuning records of
+its TVM modules (``tvm/*.json``: how each was tuned, TVM's per-trial times; not the modules). The store
+keeps one file per row (durable writes, resumable sweeps), but a row file weighs about 35 KB, mostly
+repeated metadata: the 23 000 rows of the 23-layer, 1000-draw study would be 800 MB that way. Unpacking
+validates every row and stores each experiment's rows in its compacted table (:func:`harness.store.add_rows`).
 Archives of the older layout (``rows/<experiment>/<row id>.parquet``) unpack too.
 """
 
@@ -20,7 +21,7 @@ import pyarrow.parquet as pq
 
 from harness import store
 
-TOP_LEVEL = ("rows", "permutations")
+TOP_LEVEL = ("rows", "permutations", "tvm")
 
 
 class ArchiveError(ValueError):
@@ -29,7 +30,8 @@ class ArchiveError(ValueError):
 
 def pack(results_dir: Path, out: Path, experiments: list[str] | None = None, simulations: bool = True) -> int:
     """Write ``out`` (.tar.xz) from ``results_dir``: the rows of ``experiments`` (all if None) and, with
-    ``simulations``, ``permutations/``. Returns the number of rows packed."""
+    ``simulations``, ``permutations/``; the TVM tuning records always (a few KB each). Returns the number of
+    rows packed."""
     results_dir, out = Path(results_dir), Path(out)
     base = results_dir / "rows"
     names = experiments or store.experiments(results_dir)
@@ -49,6 +51,8 @@ def pack(results_dir: Path, out: Path, experiments: list[str] | None = None, sim
             sims = results_dir / "permutations"
             if simulations and sims.is_dir():
                 tar.add(sims, arcname="permutations")
+            for record in sorted((results_dir / "tvm").glob("*.json")):
+                tar.add(record, arcname=f"tvm/{record.name}")
         partial.replace(out)  # a killed pack leaves no archive that looks complete
     return n
 
@@ -69,10 +73,8 @@ def unpack(archive: Path, results_dir: Path) -> int:
                 n += store.add_rows(results_dir, pq.read_table(path).to_pylist())
             except (ValueError, TypeError, KeyError) as exc:
                 raise ArchiveError(f"{archive}: {path.relative_to(tmp)} {exc}") from exc
-        sims = Path(tmp) / "permutations"
-        if sims.is_dir():
-            for f in sorted(p for p in sims.rglob("*") if p.is_file()):
-                dest = results_dir / f.relative_to(tmp)
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                shutil.move(f, dest)
+        for f in sorted(p for top in TOP_LEVEL[1:] for p in (Path(tmp) / top).rglob("*") if p.is_file()):
+            dest = results_dir / f.relative_to(tmp)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(f, dest)
     return n

@@ -28,6 +28,13 @@ from kernels.candidate import Workload
 #: search strategies: "evolutionary" (its default) or "replay-trace" (random schedules: quick tests).
 COST_MODELS = ("xgb", "random")
 STRATEGIES = ("evolutionary", "replay-trace")
+#: How MetaSchedule timed each trial (its LocalRunner's EvaluatorConfig defaults, used by ``tune``): not the
+#: harness's timing, so its per-trial times are reported as TVM's own (Fig 6.2's auto-tuner curve).
+RUNNER = (
+    "MetaSchedule LocalRunner defaults: 1 warm-up, then the mean of 3 runs (more to reach 100 ms), hot cache"
+)
+#: MetaSchedule records a trial that failed to build or run as 1e10 s.
+FAILED_S = 1e9
 
 
 class TVMUnavailable(RuntimeError):
@@ -103,6 +110,27 @@ def module_path(out_dir: Path, workload: Workload, trials: int, seed: int, how: 
     return Path(out_dir) / f"{workload.name}-t{trials}-s{seed}-{how}.so"
 
 
+def trial_seconds(work_dir: Path) -> list[float | None]:
+    """Every trial MetaSchedule measured while tuning into ``work_dir``, in the order measured (its JSON
+    database appends each record as it is committed, a batch in candidate order): TVM's own run time in
+    seconds, None for a trial that failed."""
+    times: list[float | None] = []
+    for line in (Path(work_dir) / "database_tuning_record.json").read_text().splitlines():
+        if not line.strip():
+            continue
+        secs = [float(x) for x in json.loads(line)[1][1]]  # [workload index, [trace, run_secs, target, args]]
+        mean = sum(secs) / len(secs) if secs else FAILED_S
+        times.append(None if mean >= FAILED_S else mean)
+    return times
+
+
+def _with_trials(record: dict[str, Any], work_dir: Path) -> dict[str, Any]:
+    """``record`` with the per-trial times of its tuning database, where the database is still there."""
+    if (Path(work_dir) / "database_tuning_record.json").exists():
+        return {**record, "runner": RUNNER, "trial_seconds": trial_seconds(work_dir)}
+    return record
+
+
 def tune(
     workload: Workload,
     trials: int,
@@ -125,16 +153,19 @@ def tune(
     path = module_path(out_dir, workload, trials, seed, f"{cost_model}-{strategy}")
     if wrong_reduction:
         path = path.with_name(path.stem + "-mutant.so")
-    meta = path.with_suffix(".json")
+    meta, work = path.with_suffix(".json"), path.with_suffix(".tuning")
     if path.exists() and meta.exists():
-        return TunedModule(path, json.loads(meta.read_text()))
+        record = json.loads(meta.read_text())
+        if "trial_seconds" not in record and "trial_seconds" in (full := _with_trials(record, work)):
+            record = full  # tuned before the per-trial times were recorded: add them once
+            meta.write_text(json.dumps(record, indent=1))
+        return TunedModule(path, record)
     import tvm
     from tvm.s_tir import meta_schedule as ms
 
     path.parent.mkdir(parents=True, exist_ok=True)
     mod = tvm.IRModule({"main": prim_func(workload, wrong_reduction)})
     target = host_target()
-    work = path.with_suffix(".tuning")
     start = time.monotonic()
     db = ms.tune_tir(mod, target, work_dir=str(work), max_trials_global=trials,
                      num_trials_per_iter=min(64, trials), num_tuning_cores=1, seed=seed,
@@ -154,6 +185,7 @@ def tune(
         "tvm_best_latency_s": latency, "schedule_trace": str(sch.trace) if sch.trace else None,
         "module_sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
     }  # fmt: skip
+    record = _with_trials(record, work)
     meta.write_text(json.dumps(record, indent=1))
     return TunedModule(path, record)
 

@@ -304,3 +304,39 @@ def test_single_vs_forced_and_convergence_verdicts(tmp_path) -> None:  # noqa: A
 
     assert conv(80.0, 60.0) == "reproduced"
     assert conv(40.0, 70.0) == "differs"
+
+
+def test_fig6_2_draws_tvm_from_its_tuning_records_and_judges_random_against_it(tmp_path) -> None:  # noqa: ANN001
+    """TVM's curve comes from each harness-timed module's tuning record (its own per-trial times, in % of
+    the row's peak); with TVM there, the verdict compares random with TVM, not with Optuna; a module tuned
+    without the learned cost model is not an auto-tuner run and is left out."""
+    import json
+
+    import pandas as pd
+
+    from reports import fig_conv_dse as fig
+
+    out = tmp_path / "report" / "figures"  # results_dir_of(out) is tmp_path
+    (tmp_path / "tvm").mkdir()
+    parts = [_summary("ttile_conv_convergence_random", "yolo9000_12", [10.0, 60.0], seed=s) for s in (0, 1)]
+    parts += [_summary("ttile_conv_convergence_optuna", "yolo9000_12", [20.0, 30.0], seed=s) for s in (0, 1)]
+    for seed, how, secs in ((0, "xgb-evolutionary", [0.2, None, 0.04]), (1, "xgb-evolutionary", [0.1, 0.05]),
+                            (2, "random-replay-trace", [0.01])):  # fmt: skip
+        stem = f"yolo9000_12-t3-s{seed}-{how}"
+        cost, strategy = how.split("-", 1)
+        rec = {"seed": seed, "trials": 3, "cost_model": cost, "strategy": strategy, "trial_seconds": secs}
+        (tmp_path / "tvm" / f"{stem}.json").write_text(json.dumps(rec))
+        row = _summary(fig.TVM, "yolo9000_12", [45.0], kind="baseline", texts=["tvm"], seed=seed)
+        row["label"] = f"tvm (module=/elsewhere/tvm/{stem}.so)"
+        parts.append(row)
+    summary = pd.concat(parts, ignore_index=True)
+    summary["peak_gflops"] = 100.0  # 2 GFLOP: 0.04 s is 50% of peak
+    for i in range(len(summary)):
+        summary.loc[i, "candidate_key"] += f"-{i}"
+    (f,) = fig.convergence(summary, out)
+    best = {(r["strategy"], r["seed"]): r["perf0"] for r in f.table}
+    assert best[("tvm", 0)] == pytest.approx(50.0) and best[("tvm", 1)] == pytest.approx(40.0)
+    assert ("tvm", 2) not in best  # the random-cost-model module
+    assert f.ours == pytest.approx(60.0 - 45.0) and f.verdict == "reproduced"
+    assert "TVM's own timing" in f.measured and "tvm 45.0% (2 runs of >= 2)" in f.measured
+    assert fig.TVM in f.experiments

@@ -1,5 +1,5 @@
 """The archived measurements of reports/measured/ stay readable by this checkout: every archive unpacks
-into rows/ and permutations/ only, every row passes today's schema, and the report's readers load them
+into rows/, permutations/ and tvm/ only, every row passes today's schema, and the report's readers load them
 (a schema change that orphaned them would fail here, not in a later session's report). And the archive
 format itself: packed rows come back as the same rows, in the store's compacted tables."""
 
@@ -34,11 +34,14 @@ def test_pack_then_unpack_gives_the_same_rows_in_the_store(tmp_path: Path) -> No
                for e in ("exp_a", "exp_b") for i in range(3)]  # fmt: skip
     (src / "permutations" / "sim").mkdir(parents=True)
     (src / "permutations" / "sim" / "x.parquet").write_bytes(b"not read here")
+    (src / "tvm" / "m.tuning").mkdir(parents=True)  # a TVM module: its record travels, not the module
+    for f, data in (("m.json", b'{"trials": 2}'), ("m.so", b"ELF"), ("m.tuning/db.json", b"[]")):
+        (src / "tvm" / f).write_bytes(data)
     out = tmp_path / "a.tar.xz"
     assert archive.pack(src, out, ["exp_a"]) == 3
     with tarfile.open(out) as tar:  # one table per experiment, not a file per row
         assert sorted(tar.getnames()) == ["permutations", "permutations/sim", "permutations/sim/x.parquet",
-                                          "rows", "rows/exp_a.parquet"]  # fmt: skip
+                                          "rows", "rows/exp_a.parquet", "tvm/m.json"]  # fmt: skip
     store.write_row(dst, make_row(experiment="exp_a", candidate_key="k0", times_ns=[9e9]))  # to be replaced
     assert archive.unpack(out, dst) == 3
     assert store.row_files(dst) == []  # all three in exp_a's compacted table, the older k0 file replaced
@@ -54,6 +57,8 @@ def test_pack_then_unpack_gives_the_same_rows_in_the_store(tmp_path: Path) -> No
         .equals(b.sort_values(key).drop(columns="times_ns").reset_index(drop=True))
     )
     assert (dst / "permutations" / "sim" / "x.parquet").read_bytes() == b"not read here"
+    assert [p.name for p in (dst / "tvm").iterdir()] == ["m.json"]
+    assert (dst / "tvm" / "m.json").read_bytes() == b'{"trials": 2}'
 
 
 def test_unpack_refuses_strays_and_rows_that_fail_the_schema(tmp_path: Path) -> None:

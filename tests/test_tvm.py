@@ -3,6 +3,8 @@ any candidate, and a module computing the wrong convolution is caught."""
 
 from __future__ import annotations
 
+import argparse
+import json
 from pathlib import Path
 
 import pytest
@@ -63,3 +65,34 @@ def test_tvm_tune_reads_the_layers_hydra_composes() -> None:
     w = tvm_tune.load_workload("yolo9000_23")  # K padded to 28272 (erratum), stride 1, 1x1
     assert w.op.name == "conv2d" and dict(w.size)["k"] == 28272 and dict(w.op.params)["stride"] == 1
     assert dict(tvm_tune.load_workload("resnet18_05").op.params)["stride"] == 2
+
+
+def test_trial_seconds_keep_tvms_order_and_mark_failures(tmp_path: Path) -> None:
+    lines = [[0, [[], [0.5], {}, []]], [0, [[], [1e10], {}, []]], [0, [[], [0.25, 0.35], {}, []]]]
+    (tmp_path / "database_tuning_record.json").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    assert tvm_conv.trial_seconds(tmp_path) == [0.5, None, pytest.approx(0.3)]
+
+
+@pytest.mark.skipif(bool(tvm_conv.unavailable()), reason=str(tvm_conv.unavailable()))
+def test_a_module_tuned_before_trial_times_were_kept_gets_them_from_its_database(tmp_path: Path) -> None:
+    path = tvm_conv.module_path(tmp_path, ODD, 2, 0, "xgb-evolutionary")
+    path.write_bytes(b"ELF")
+    path.with_suffix(".json").write_text(json.dumps({"trials": 2}))
+    (work := path.with_suffix(".tuning")).mkdir()
+    (work / "database_tuning_record.json").write_text(json.dumps([0, [[], [0.5], {}, []]]) + "\n")
+    rec = tvm_conv.tune(ODD, 2, tmp_path).record
+    assert rec["trial_seconds"] == [0.5] and rec["runner"] == tvm_conv.RUNNER
+    assert json.loads(path.with_suffix(".json").read_text()) == rec  # written back once
+
+
+@pytest.mark.parametrize(
+    ("text", "seeds"), [("0", [0]), ("0-3", [0, 1, 2, 3]), ("5,1,1", [1, 5]), ("0-1,4", [0, 1, 4])]
+)
+def test_tvm_tune_seeds(text: str, seeds: list[int]) -> None:
+    assert tvm_tune.seed_list(text) == seeds
+
+
+@pytest.mark.parametrize("text", ["", "a", "3-1", "-1", "1-"])
+def test_tvm_tune_rejects_bad_seeds(text: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match="seeds are"):
+        tvm_tune.seed_list(text)

@@ -1,12 +1,14 @@
 """TVM baseline (optional, issue 5): tune each layer with MetaSchedule, then check and time it beside oneDNN.
 
-``harness tvm-tune --layers resnet18_06,yolo9000_12 [--trials 200] [--seed 0] [--cost-model xgb]
+``harness tvm-tune --layers resnet18_06,yolo9000_12 [--trials 200] [--seeds 0|0,3|0-7] [--cost-model xgb]
 [--strategy evolutionary] [--rounds 3] [--if-available] [--results DIR]`` tunes each layer (a name of
 ``conf/workload/``, a convolution; ``all``: the 23 layers of seed 000) for this CPU and one core
 (``kernels.tvm_conv``), exports the best schedule to ``DIR/tvm/`` and measures it, oneDNN and
 oneDNN-blocked through the standard pipeline (check before timing, interleaved rounds) as experiment
 ``tvm_conv``: the report's Fig 6.3 shows its bars. Tuning measures on this machine, so run it with nothing
 else timing. A module already tuned with the same trials, seed, cost model and strategy is reused.
+Several seeds tune independent runs (Fig 6.2 draws TVM's per-trial curve of each, from the tuning record
+beside each module); a layer's modules are timed together, in the same rounds as oneDNN.
 """
 
 from __future__ import annotations
@@ -38,11 +40,29 @@ def load_workload(name: str) -> Workload:
     return w
 
 
+def seed_list(text: str) -> list[int]:
+    """``"0"``, ``"0,3,5"`` or ``"0-7"`` (inclusive) as a sorted list of distinct seeds >= 0."""
+    seeds: set[int] = set()
+    try:
+        for part in text.split(","):
+            lo, dash, hi = part.strip().partition("-")
+            first = int(lo)
+            last = int(hi) if dash else first
+            if first < 0 or last < first:
+                raise ValueError
+            seeds.update(range(first, last + 1))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"seeds are N, N,M,... or N-M with 0 <= N <= M, got {text!r}"
+        ) from None
+    return sorted(seeds)
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="harness tvm-tune", description=__doc__.splitlines()[0])
     p.add_argument("--layers", required=True, help="comma-separated workload names, or 'all' (23 layers)")
     p.add_argument("--trials", type=positive_int, default=200, help="MetaSchedule trials per layer")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seeds", "--seed", type=seed_list, default=[0], help="tuning seeds: N, N,M,... or N-M")
     p.add_argument("--cost-model", choices=tvm_conv.COST_MODELS, default="xgb")
     p.add_argument("--strategy", choices=tvm_conv.STRATEGIES, default="evolutionary")
     p.add_argument(
@@ -72,12 +92,14 @@ def main(argv: list[str]) -> None:
     timing = TimingConfig(**{**default, "rounds": args.rounds})
     for n, w in enumerate(layers, 1):
         say = f"[{EXPERIMENT}] layer {n}/{len(layers)} {w.name}"
-        print(f"{say}: tuning ({args.trials} trials)", file=sys.stderr)
-        tuned = tvm_conv.tune(w, args.trials, args.results / "tvm", args.seed, args.cost_model, args.strategy)
-        rec = tuned.record
-        print(f"[{EXPERIMENT}] {w.name}: tuned in {rec['tuning_seconds']} s, TVM's best "
-              f"{rec['tvm_best_latency_s']} s: {tuned.path}", file=sys.stderr)  # fmt: skip
-        cands = [Candidate("baseline", "tvm", (("module", str(tuned.path.resolve())),))]
+        cands = []
+        for seed in args.seeds:
+            print(f"{say}: tuning ({args.trials} trials, seed {seed})", file=sys.stderr)
+            tuned = tvm_conv.tune(w, args.trials, args.results / "tvm", seed, args.cost_model, args.strategy)
+            rec = tuned.record
+            print(f"[{EXPERIMENT}] {w.name}: tuned in {rec['tuning_seconds']} s, TVM's best "
+                  f"{rec['tvm_best_latency_s']} s: {tuned.path}", file=sys.stderr)  # fmt: skip
+            cands.append(Candidate("baseline", "tvm", (("module", str(tuned.path.resolve())),)))
         cands += [Candidate("baseline", b) for b in BESIDE]
         exp = Experiment(EXPERIMENT, w, cands, timing=timing, results_dir=args.results)
         run_experiment(exp, machine=m)
