@@ -211,7 +211,7 @@ extern int __tvm_ffi_main(void *self, const TVMFFIAny *args, int32_t num_args, T
 
 /* The module calls the TVM runtime through function pointers its loader fills in; without the runtime we
    fill them: one thread (a parallel loop runs as one task, as TVM_NUM_THREADS=1 would) and 64-byte aligned
-   workspaces. Weak: a module declares only the ones it uses. */
+   workspaces, reused as the runtime's pool reuses them. Weak: a module declares only the ones it uses. */
 typedef struct {{ void *sync_handle; int32_t num_task; }} TVMParallelGroupEnv;
 typedef int (*FTVMParallelLambda)(int task_id, TVMParallelGroupEnv *penv, void *cdata);
 extern void *__TVMBackendParallelLaunch __attribute__((weak));
@@ -225,13 +225,36 @@ static int launch(FTVMParallelLambda flambda, void *cdata, int num_task) {{
   return flambda(0, &env, cdata);
 }}
 static int barrier(int task_id, TVMParallelGroupEnv *penv) {{ (void)task_id; (void)penv; return 0; }}
+
+/* TVM's runtime keeps freed workspaces for reuse (its WorkspacePool), and a schedule may ask for one in
+   every iteration of a loop; malloc and free each time (mmap, munmap and page faults for large ones) would
+   be timed as the module's. Kept here the same way: freed blocks are reused by later requests that fit.
+   Each block carries its size in a 64-byte header, so the data stays 64-byte aligned. */
+#define POOL_SLOTS 32
+static void *pool[POOL_SLOTS];
+static int pooled;
 static void *alloc_ws(int device_type, int device_id, uint64_t nbytes, int code, int bits) {{
   (void)device_type; (void)device_id; (void)code; (void)bits;
-  return aligned_alloc(64, (nbytes + 63) / 64 * 64);
+  uint64_t size = (nbytes + 63) / 64 * 64;
+  int fit = -1;
+  for (int i = 0; i < pooled; ++i)
+    if (*(uint64_t *)pool[i] >= size && (fit < 0 || *(uint64_t *)pool[i] < *(uint64_t *)pool[fit])) fit = i;
+  char *block;
+  if (fit >= 0) {{
+    block = pool[fit];
+    pool[fit] = pool[--pooled];
+  }} else {{
+    block = aligned_alloc(64, size + 64);
+    if (!block) return NULL;
+    *(uint64_t *)block = size;
+  }}
+  return block + 64;
 }}
 static int free_ws(int device_type, int device_id, void *ptr) {{
   (void)device_type; (void)device_id;
-  free(ptr);
+  char *block = (char *)ptr - 64;
+  if (pooled < POOL_SLOTS) pool[pooled++] = block;
+  else free(block);
   return 0;
 }}
 
