@@ -398,20 +398,10 @@ def best_vs_onednn(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
 _NO_RATIO = (np.nan, np.nan, np.nan)
 
 
-def _tvm_rows(summary: pd.DataFrame) -> pd.DataFrame:
-    """The ok ``tvm`` rows, one per module and machine: a module timed again through a newer wrapper (a new
-    source hash, so a new row) is represented by its latest timing only."""
-    rows = summary[(summary["experiment"] == TVM) & (summary["candidate_text"] == "tvm")
-                   & (summary["status"] == "ok")]  # fmt: skip
-    if "timestamp" in rows:
-        rows = rows.sort_values("timestamp", kind="stable")
-    return rows.drop_duplicates(["machine_fingerprint", "workload", "label"], keep="last")
-
-
 def _tvm_best(summary: pd.DataFrame, fp: str) -> pd.DataFrame:
     """Per layer, the best TVM module measured on machine ``fp`` (% of peak, median) and its trials."""
-    rows = _tvm_rows(summary)
-    rows = rows[rows["machine_fingerprint"] == fp]
+    rows = summary[(summary["experiment"] == TVM) & (summary["machine_fingerprint"] == fp)
+                   & (summary["candidate_text"] == "tvm") & (summary["status"] == "ok")]  # fmt: skip
     if rows.empty:
         return pd.DataFrame({"pct_peak_median": pd.Series(dtype=float), "trials": pd.Series(dtype=float)})
     best = rows.loc[rows.groupby("workload")["pct_peak_median"].idxmax()]
@@ -453,8 +443,11 @@ def _tvm_runs(summary: pd.DataFrame, results_dir: Path) -> pd.DataFrame:
     module the harness measured (experiment ``tvm_conv``) that was tuned as an auto-tuner (learned cost
     model, evolutionary search) and whose tuning record has the per-trial times. ``final`` is the harness's
     own measurement of the exported module."""
+    rows = summary[
+        (summary["experiment"] == TVM) & (summary["candidate_text"] == "tvm") & (summary["status"] == "ok")
+    ]
     lines = []
-    for r in _tvm_rows(summary).itertuples():
+    for r in rows.itertuples():
         module = re.search(r"module=([^)]*)", str(r.label))
         meta = results_dir / "tvm" / Path(module.group(1)).with_suffix(".json").name if module else None
         if meta is None or not meta.exists():
