@@ -173,3 +173,29 @@ def test_the_wrapper_reuses_the_modules_workspaces_as_tvms_runtime_does(tmp_path
         subprocess.run(cc, cwd=tmp_path, check=True)
         run = subprocess.run([str(exe)], capture_output=True, text=True)
         assert run.returncode == 0, (flags, run.returncode, run.stderr[-2000:])
+
+
+def test_retime_replaces_the_stored_rows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rows are keyed by candidate, so a module timed once is skipped on a rerun; --retime times it again
+    (in a scratch results directory) and replaces the stored row, leaving no scratch behind."""
+    from harness import store
+    from tests.test_store import make_row
+
+    module = tmp_path / "tvm" / "m.so"
+    monkeypatch.setattr(tvm_conv, "unavailable", lambda: None)
+    monkeypatch.setattr(tvm_conv, "tune", lambda *a, **k: tvm_conv.TunedModule(module, {"tuning_seconds": 1,
+                        "tvm_best_latency_s": 1e-3}))  # fmt: skip
+    runs: list[Path] = []
+
+    def fake_run(exp, machine):  # noqa: ANN001, ANN202
+        runs.append(exp.results_dir)
+        assert exp.cache_dir == tmp_path / "cache"  # the calibration and builds of the real results
+        store.write_row(exp.results_dir, make_row(experiment=exp.name, times_ns=[1000.0 * len(runs)] * 4))
+
+    monkeypatch.setattr(tvm_tune, "run_experiment", fake_run)
+    argv = ["--layers", "yolo9000_12_small", "--results", str(tmp_path)]
+    tvm_tune.main(argv)
+    tvm_tune.main([*argv, "--retime"])
+    assert runs[0] == tmp_path and runs[1] != tmp_path and not runs[1].exists()
+    (row,) = store.load(tmp_path, tvm_tune.EXPERIMENT).to_dict("records")
+    assert list(row["times_ns"]) == [2000.0] * 4
