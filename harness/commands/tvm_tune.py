@@ -103,7 +103,10 @@ def main(argv: list[str]) -> None:
         say = f"[{EXPERIMENT}] layer {n}/{len(layers)} {w.name}"
         cands = []
         for seed in args.seeds:
-            print(f"{say}: tuning ({args.trials} trials, seed {seed})", file=sys.stderr)
+            how = f"{args.cost_model}-{args.strategy}"
+            done = tvm_conv.module_path(args.results / "tvm", w, args.trials, seed, how).exists()
+            print(f"{say}: {'reusing the module of' if done else 'tuning'} {args.trials} trials, seed {seed}",
+                  file=sys.stderr)  # fmt: skip
             tuned = tvm_conv.tune(w, args.trials, args.results / "tvm", seed, args.cost_model, args.strategy)
             rec = tuned.record
             print(f"[{EXPERIMENT}] {w.name}: tuned in {rec['tuning_seconds']} s, TVM's best "
