@@ -299,9 +299,11 @@ def best_vs_onednn(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
         fig, ax = plt.subplots(figsize=(max(6, 0.6 * len(table) + 2), 4))
         width = 0.8 / len(series)
         xs = np.arange(len(table))
+        trials = "/".join(str(int(t)) for t in sorted(table["tvm trials"].dropna().unique()))
+        legend = {"tvm": f"tvm (MetaSchedule, {trials} trials)"}
         for i, (col, color) in enumerate(zip(series, colors, strict=True)):
-            ax.bar(xs + (i - (len(series) - 1) / 2) * width, table[col].to_numpy(float), width, label=col,
-                   color=color)  # fmt: skip
+            ax.bar(xs + (i - (len(series) - 1) / 2) * width, table[col].to_numpy(float), width,
+                   label=legend.get(col, col), color=color)  # fmt: skip
         ax.set_xticks(xs, table["layer"], rotation=60, ha="right", fontsize=7)
         ax.set(ylabel="% of calibrated peak", ylim=(0, 105))
         ax.legend(fontsize=8, bbox_to_anchor=(1.01, 1), loc="upper left")  # beside the bars
