@@ -12,11 +12,13 @@ Archives of the older layout (``rows/<experiment>/<row id>.parquet``) unpack too
 
 from __future__ import annotations
 
+import json
 import shutil
 import tarfile
 import tempfile
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from harness import store
@@ -30,12 +32,12 @@ class ArchiveError(ValueError):
 
 def pack(results_dir: Path, out: Path, experiments: list[str] | None = None, simulations: bool = True) -> int:
     """Write ``out`` (.tar.xz) from ``results_dir``: the rows of ``experiments`` (all if None) and, with
-    ``simulations``, ``permutations/``; the TVM tuning records always (a few KB each). Returns the number of
-    rows packed."""
+    ``simulations``, ``permutations/``; and the tuning record of each TVM module a packed row measured.
+    Returns the number of rows packed."""
     results_dir, out = Path(results_dir), Path(out)
     base = results_dir / "rows"
     names = experiments or store.experiments(results_dir)
-    n = 0
+    n, records = 0, []
     with tempfile.TemporaryDirectory(prefix="archive-") as tmp:
         (Path(tmp) / "rows").mkdir()
         for name in names:
@@ -44,6 +46,7 @@ def pack(results_dir: Path, out: Path, experiments: list[str] | None = None, sim
                 raise ArchiveError(f"no rows of experiment {name!r} under {base}")
             pq.write_table(table, Path(tmp) / "rows" / f"{name}.parquet", compression="none")
             n += table.num_rows
+            records += _tvm_records(results_dir, table)
         out.parent.mkdir(parents=True, exist_ok=True)
         partial = out.with_name(out.name + ".partial")
         with tarfile.open(partial, "w:xz") as tar:
@@ -51,10 +54,21 @@ def pack(results_dir: Path, out: Path, experiments: list[str] | None = None, sim
             sims = results_dir / "permutations"
             if simulations and sims.is_dir():
                 tar.add(sims, arcname="permutations")
-            for record in sorted((results_dir / "tvm").glob("*.json")):
+            for record in sorted(set(records)):
                 tar.add(record, arcname=f"tvm/{record.name}")
         partial.replace(out)  # a killed pack leaves no archive that looks complete
     return n
+
+
+def _tvm_records(results_dir: Path, table: pa.Table) -> list[Path]:
+    """The tuning records (``tvm/<module>.json``) of the TVM modules that rows of ``table`` measured."""
+    found = []
+    for options in table.column("candidate_options").to_pylist():
+        module = json.loads(options or "{}").get("module") if options and "module" in options else None
+        record = results_dir / "tvm" / Path(module).with_suffix(".json").name if module else None
+        if record is not None and record.exists():
+            found.append(record)
+    return found
 
 
 def unpack(archive: Path, results_dir: Path) -> int:

@@ -5,6 +5,7 @@ format itself: packed rows come back as the same rows, in the store's compacted 
 
 from __future__ import annotations
 
+import json
 import tarfile
 from pathlib import Path
 
@@ -30,12 +31,17 @@ def test_archive_unpacks_into_readable_rows_and_simulations(archive_path: Path, 
 
 def test_pack_then_unpack_gives_the_same_rows_in_the_store(tmp_path: Path) -> None:
     src, dst = tmp_path / "src", tmp_path / "dst"
-    written = [store.write_row(src, make_row(experiment=e, candidate_key=f"k{i}"))
+    # a TVM module measured by exp_a: its tuning record travels with exp_a's rows, not the module itself;
+    # the record of a module no packed row measured stays behind
+    tvm = json.dumps({"module": str(src / "tvm" / "m.so")})
+    written = [store.write_row(src, make_row(experiment=e, candidate_key=f"k{i}",
+                                             **({"candidate_options": tvm} if i == 2 else {})))
                for e in ("exp_a", "exp_b") for i in range(3)]  # fmt: skip
     (src / "permutations" / "sim").mkdir(parents=True)
     (src / "permutations" / "sim" / "x.parquet").write_bytes(b"not read here")
-    (src / "tvm" / "m.tuning").mkdir(parents=True)  # a TVM module: its record travels, not the module
-    for f, data in (("m.json", b'{"trials": 2}'), ("m.so", b"ELF"), ("m.tuning/db.json", b"[]")):
+    (src / "tvm" / "m.tuning").mkdir(parents=True)
+    for f, data in (("m.json", b'{"trials": 2}'), ("m.so", b"ELF"), ("m.tuning/db.json", b"[]"),
+                    ("other.json", b"{}")):  # fmt: skip
         (src / "tvm" / f).write_bytes(data)
     out = tmp_path / "a.tar.xz"
     assert archive.pack(src, out, ["exp_a"]) == 3
