@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -167,6 +168,8 @@ def tune(
     mod = tvm.IRModule({"main": prim_func(workload, wrong_reduction)})
     target = host_target()
     start = time.monotonic()
+    # the runner's processes inherit it: a trial's parallel loops run on one thread, as the wrapper runs them
+    os.environ.setdefault("TVM_NUM_THREADS", "1")
     db = ms.tune_tir(mod, target, work_dir=str(work), max_trials_global=trials,
                      num_trials_per_iter=min(64, trials), num_tuning_cores=1, seed=seed,
                      cost_model=cost_model, strategy=strategy)  # fmt: skip
@@ -181,7 +184,8 @@ def tune(
     latency = min((float(min(x.value for x in secs)) for secs in best), default=None)
     record = {
         "tvm": tvm.__version__, "target": str(target), "trials": trials, "seed": seed,
-        "cost_model": cost_model, "strategy": strategy, "tuning_seconds": round(time.monotonic() - start, 1),
+        "cost_model": cost_model, "strategy": strategy, "tvm_num_threads": os.environ["TVM_NUM_THREADS"],
+        "tuning_seconds": round(time.monotonic() - start, 1),
         "tvm_best_latency_s": latency, "schedule_trace": str(sch.trace) if sch.trace else None,
         "module_sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
     }  # fmt: skip
