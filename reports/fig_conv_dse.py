@@ -439,6 +439,13 @@ COLORS = {"random": "#2b6cb0", "optuna": "#c53030", "tvm": "#d69e2e"}
 TUNERS = {"tvm": "TVM MetaSchedule, Ansor's successor", "optuna": "Optuna TPE standing in for Ansor"}
 
 
+def _auto_tuner(record: dict[str, Any]) -> bool:
+    """A tuning run of TVM as an auto-tuner (learned cost model, evolutionary search) with its trial times;
+    not a random-schedule plumbing run."""
+    how = (record.get("cost_model"), record.get("strategy"))
+    return how == ("xgb", "evolutionary") and "trial_seconds" in record
+
+
 def _tvm_runs(summary: pd.DataFrame, results_dir: Path) -> pd.DataFrame:
     """TVM's tuning runs as search runs: one line per MetaSchedule trial (``index`` in the order TVM
     measured them, ``perf`` from TVM's own run time with the row's flops and calibrated peak), for every
@@ -455,10 +462,7 @@ def _tvm_runs(summary: pd.DataFrame, results_dir: Path) -> pd.DataFrame:
         if meta is None or not meta.exists():
             continue
         rec = json.loads(meta.read_text())
-        if (rec.get("cost_model"), rec.get("strategy")) != (
-            "xgb",
-            "evolutionary",
-        ) or "trial_seconds" not in rec:
+        if not _auto_tuner(rec):
             continue
         to_pct = float(r.flops) / float(r.peak_gflops) / 1e9 * 100  # % of peak = to_pct / seconds
         for i, t in enumerate(rec["trial_seconds"]):
@@ -466,18 +470,8 @@ def _tvm_runs(summary: pd.DataFrame, results_dir: Path) -> pd.DataFrame:
                           "perf": to_pct / t if t else np.nan, "ok": t is not None, "strategy": "tvm",
                           "machine_fingerprint": r.machine_fingerprint, "final": r.pct_peak_median,
                           "trials": int(rec["trials"])})  # fmt: skip
-    columns = [
-        "workload",
-        "seed",
-        "index",
-        "perf",
-        "ok",
-        "strategy",
-        "machine_fingerprint",
-        "final",
-        "trials",
-    ]
-    runs = pd.DataFrame(lines, columns=columns)
+    columns = ["workload", "seed", "index", "perf", "ok", "strategy", "machine_fingerprint", "final"]
+    runs = pd.DataFrame(lines, columns=[*columns, "trials"])
     # one tuning run per seed: the longest (a 1000-trial run and a 200-trial run of one seed are not two runs)
     longest = runs.groupby(["machine_fingerprint", "workload", "seed"])["trials"].transform("max")
     return runs[runs["trials"] == longest]
