@@ -34,6 +34,9 @@ STRATEGIES = ("evolutionary", "replay-trace")
 RUNNER = (
     "MetaSchedule LocalRunner defaults: 1 warm-up, then the mean of 3 runs (more to reach 100 ms), hot cache"
 )
+#: A schedule's build time limit. MetaSchedule's default, 30 s, failed every build of a 4-trial CI run on a
+#: host slowed fourfold (the same builds take about 8 s on a quiet one): a slow build is not a bad schedule.
+BUILD_TIMEOUT_S = 120.0
 #: MetaSchedule records a trial that failed to build or run as 1e10 s.
 FAILED_S = 1e9
 
@@ -170,9 +173,10 @@ def tune(
     start = time.monotonic()
     # the runner's processes inherit it: a trial's parallel loops run on one thread, as the wrapper runs them
     os.environ.setdefault("TVM_NUM_THREADS", "1")
+    builder = ms.builder.LocalBuilder(max_workers=1, timeout_sec=BUILD_TIMEOUT_S)
     db = ms.tune_tir(mod, target, work_dir=str(work), max_trials_global=trials,
                      num_trials_per_iter=min(64, trials), num_tuning_cores=1, seed=seed,
-                     cost_model=cost_model, strategy=strategy)  # fmt: skip
+                     cost_model=cost_model, strategy=strategy, builder=builder)  # fmt: skip
     sch = ms.tir_integration.compile_tir(db, mod, target)
     if sch is None:
         raise RuntimeError(f"MetaSchedule found no valid schedule for {workload.name} in {trials} trials")
@@ -185,7 +189,7 @@ def tune(
     record = {
         "tvm": tvm.__version__, "target": str(target), "trials": trials, "seed": seed,
         "cost_model": cost_model, "strategy": strategy, "tvm_num_threads": os.environ["TVM_NUM_THREADS"],
-        "tuning_seconds": round(time.monotonic() - start, 1),
+        "build_timeout_s": BUILD_TIMEOUT_S, "tuning_seconds": round(time.monotonic() - start, 1),
         "tvm_best_latency_s": latency, "schedule_trace": str(sch.trace) if sch.trace else None,
         "module_sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
     }  # fmt: skip
