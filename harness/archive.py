@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from harness import store
+from kernels import tvm_conv
 
 TOP_LEVEL = ("rows", "permutations", "tvm")
 
@@ -64,9 +65,8 @@ def _tvm_records(results_dir: Path, table: pa.Table) -> list[Path]:
     """The tuning records (``tvm/<module>.json``) of the TVM modules that rows of ``table`` measured."""
     found = []
     for options in table.column("candidate_options").to_pylist():
-        module = json.loads(options or "{}").get("module") if options and "module" in options else None
-        record = results_dir / "tvm" / Path(module).with_suffix(".json").name if module else None
-        if record is not None and record.exists():
+        module = json.loads(options).get("module") if options and "module" in options else None
+        if module and (record := tvm_conv.record_in(results_dir, module)).exists():
             found.append(record)
     return found
 

@@ -39,6 +39,8 @@ RUNNER = (
 BUILD_TIMEOUT_S = 120.0
 #: MetaSchedule records a trial that failed to build or run as 1e10 s.
 FAILED_S = 1e9
+#: MetaSchedule's JSON database of measured trials, in a module's ``.tuning`` directory.
+TUNING_DB = "database_tuning_record.json"
 
 
 class TVMUnavailable(RuntimeError):
@@ -114,12 +116,23 @@ def module_path(out_dir: Path, workload: Workload, trials: int, seed: int, how: 
     return Path(out_dir) / f"{workload.name}-t{trials}-s{seed}-{how}.so"
 
 
+def is_tuned(path: Path) -> bool:
+    """Whether the module ``path`` and its tuning record are there (``tune`` then reuses them)."""
+    return Path(path).exists() and Path(path).with_suffix(".json").exists()
+
+
+def record_in(results_dir: Path, module: str) -> Path:
+    """Where the tuning record of ``module`` is under ``results_dir`` (``tvm/<module>.json``), wherever the
+    module was when a row measured it (a row restored from an archive names another machine's path)."""
+    return Path(results_dir) / "tvm" / Path(module).with_suffix(".json").name
+
+
 def trial_seconds(work_dir: Path) -> list[float | None]:
     """Every trial MetaSchedule measured while tuning into ``work_dir``, in the order measured (its JSON
     database appends each record as it is committed, a batch in candidate order): TVM's own run time in
     seconds, None for a trial that failed."""
     times: list[float | None] = []
-    for line in (Path(work_dir) / "database_tuning_record.json").read_text().splitlines():
+    for line in (Path(work_dir) / TUNING_DB).read_text().splitlines():
         if not line.strip():
             continue
         secs = [float(x) for x in json.loads(line)[1][1]]  # [workload index, [trace, run_secs, target, args]]
@@ -130,7 +143,7 @@ def trial_seconds(work_dir: Path) -> list[float | None]:
 
 def _with_trials(record: dict[str, Any], work_dir: Path) -> dict[str, Any]:
     """``record`` with the per-trial times of its tuning database, where the database is still there."""
-    if (Path(work_dir) / "database_tuning_record.json").exists():
+    if (Path(work_dir) / TUNING_DB).exists():
         return {**record, "runner": RUNNER, "trial_seconds": trial_seconds(work_dir)}
     return record
 
@@ -158,7 +171,7 @@ def tune(
     if wrong_reduction:
         path = path.with_name(path.stem + "-mutant.so")
     meta, work = path.with_suffix(".json"), path.with_suffix(".tuning")
-    if path.exists() and meta.exists():
+    if is_tuned(path):
         record = json.loads(meta.read_text())
         if "trial_seconds" not in record and "trial_seconds" in (full := _with_trials(record, work)):
             record = full  # tuned before the per-trial times were recorded: add them once

@@ -458,7 +458,7 @@ def _tvm_runs(summary: pd.DataFrame, results_dir: Path) -> pd.DataFrame:
     lines = []
     for r in rows.itertuples():
         module = re.search(r"module=([^)]*)", str(r.label))
-        meta = results_dir / "tvm" / Path(module.group(1)).with_suffix(".json").name if module else None
+        meta = tvm_conv.record_in(results_dir, module.group(1)) if module else None
         if meta is None or not meta.exists():
             continue
         rec = json.loads(meta.read_text())
@@ -503,8 +503,8 @@ def convergence(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
         for (strat, seed), g in r.groupby(["strategy", "seed"]):
             a2.plot(g["index"] + 1, g["best so far"], color=COLORS[strat], alpha=0.6,
                     label=strat if seed == r.loc[r["strategy"] == strat, "seed"].min() else None)  # fmt: skip
-        if len(t):  # the harness's own timing of each exported TVM module, at its trial count
-            final = t.drop_duplicates("seed")
+        final = t.drop_duplicates("seed")  # the harness's own timing of each exported module
+        if len(final):  # at its trial count
             a2.scatter(final["trials"], final["final"], color=COLORS["tvm"], marker="x", zorder=3,
                        label="tvm module, timed by the harness")  # fmt: skip
         a2.axvline(first, color="grey", lw=0.8, ls=":")
@@ -522,8 +522,7 @@ def convergence(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
         measured = f"{layer}: median over runs of the best of the first {first}: " + ", ".join(
             f"{s} {med[s]:.1f}% ({seeds[s]} runs of >= {lengths[s]})" for s in series
         )
-        if len(t):
-            final = t.drop_duplicates("seed")
+        if len(final):
             measured += (f"; TVM's curve is TVM's own timing ({tvm_conv.RUNNER}), its exported modules "
                          f"timed by the harness: {final['final'].median():.1f}% "
                          f"(median of {len(final)})")  # fmt: skip

@@ -104,7 +104,7 @@ def main(argv: list[str]) -> None:
         cands = []
         for seed in args.seeds:
             how = f"{args.cost_model}-{args.strategy}"
-            done = tvm_conv.module_path(args.results / "tvm", w, args.trials, seed, how).exists()
+            done = tvm_conv.is_tuned(tvm_conv.module_path(args.results / "tvm", w, args.trials, seed, how))
             print(f"{say}: {'reusing the module of' if done else 'tuning'} {args.trials} trials, seed {seed}",
                   file=sys.stderr)  # fmt: skip
             tuned = tvm_conv.tune(w, args.trials, args.results / "tvm", seed, args.cost_model, args.strategy)
