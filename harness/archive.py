@@ -12,7 +12,6 @@ Archives of the older layout (``rows/<experiment>/<row id>.parquet``) unpack too
 
 from __future__ import annotations
 
-import json
 import shutil
 import tarfile
 import tempfile
@@ -65,7 +64,7 @@ def _tvm_records(results_dir: Path, table: pa.Table) -> list[Path]:
     """The tuning records (``tvm/<module>.json``) of the TVM modules that rows of ``table`` measured."""
     found = []
     for options in table.column("candidate_options").to_pylist():
-        module = json.loads(options).get("module") if options and "module" in options else None
+        module = tvm_conv.module_of(options) if options and "module" in options else None
         if module and (record := tvm_conv.record_in(results_dir, module)).exists():
             found.append(record)
     return found

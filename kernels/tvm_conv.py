@@ -18,6 +18,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -114,6 +115,17 @@ class TunedModule:
 
 def module_path(out_dir: Path, workload: Workload, trials: int, seed: int, how: str) -> Path:
     return Path(out_dir) / f"{workload.name}-t{trials}-s{seed}-{how}.so"
+
+
+def trials_of(module: str) -> int | None:
+    """The trial count in a module's name (``module_path``); None for a name it did not make."""
+    m = re.fullmatch(r".+-t(\d+)-s\d+-.+\.so", Path(module).name)
+    return int(m.group(1)) if m else None
+
+
+def module_of(candidate_options: str | None) -> str | None:
+    """The module a ``tvm`` baseline row measured, from the row's ``candidate_options`` (JSON)."""
+    return json.loads(candidate_options or "{}").get("module")
 
 
 def is_tuned(path: Path) -> bool:

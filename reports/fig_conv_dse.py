@@ -400,6 +400,13 @@ def best_vs_onednn(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
 _NO_RATIO = (np.nan, np.nan, np.nan)
 
 
+def _module(label: object) -> str | None:
+    """The module a ``tvm`` baseline measured, from its summary label ("tvm (module=PATH)"): the summary
+    keeps the label, not the options."""
+    found = re.search(r"module=([^)]*)", str(label))
+    return found.group(1) if found else None
+
+
 def _tvm_best(summary: pd.DataFrame, fp: str) -> pd.DataFrame:
     """Per layer, the best TVM module measured on machine ``fp`` (% of peak, median) and its trials."""
     rows = summary[(summary["experiment"] == TVM) & (summary["machine_fingerprint"] == fp)
@@ -407,9 +414,11 @@ def _tvm_best(summary: pd.DataFrame, fp: str) -> pd.DataFrame:
     if rows.empty:
         return pd.DataFrame({"pct_peak_median": pd.Series(dtype=float), "trials": pd.Series(dtype=float)})
     best = rows.loc[rows.groupby("workload")["pct_peak_median"].idxmax()]
-    trials = best["label"].astype(str).str.extract(r"-t(\d+)-", expand=False).astype(float)
-    return pd.DataFrame({"pct_peak_median": best["pct_peak_median"].to_numpy(float),
-                         "trials": trials.to_numpy(float)}, index=best["workload"].to_numpy())  # fmt: skip
+    trials = [tvm_conv.trials_of(_module(label) or "") for label in best["label"]]
+    return pd.DataFrame(
+        {"pct_peak_median": best["pct_peak_median"].to_numpy(float), "trials": np.array(trials, dtype=float)},
+        index=best["workload"].to_numpy(),
+    )
 
 
 def _paired_best(draws: pd.DataFrame, fast: pd.Series | None) -> tuple[pd.Series | None, tuple[float, ...]]:
@@ -457,8 +466,8 @@ def _tvm_runs(summary: pd.DataFrame, results_dir: Path) -> pd.DataFrame:
     ]
     lines = []
     for r in rows.itertuples():
-        module = re.search(r"module=([^)]*)", str(r.label))
-        meta = tvm_conv.record_in(results_dir, module.group(1)) if module else None
+        module = _module(r.label)
+        meta = tvm_conv.record_in(results_dir, module) if module else None
         if meta is None or not meta.exists():
             continue
         rec = json.loads(meta.read_text())

@@ -74,6 +74,14 @@ def test_trial_seconds_keep_tvms_order_and_mark_failures(tmp_path: Path) -> None
 
 
 @pytest.mark.skipif(bool(tvm_conv.unavailable()), reason=str(tvm_conv.unavailable()))
+def test_a_rows_module_and_trial_count_are_read_from_its_options() -> None:
+    path = tvm_conv.module_path(Path("/elsewhere/tvm"), ODD, 64, 3, "xgb-evolutionary")
+    options = json.dumps(dict(_tvm(path).options))
+    assert tvm_conv.module_of(options) == str(path) and tvm_conv.trials_of(str(path)) == 64
+    assert tvm_conv.module_of(None) is None and tvm_conv.module_of("{}") is None
+    assert tvm_conv.trials_of("/x/handmade.so") is None
+
+
 def test_a_module_tuned_before_trial_times_were_kept_gets_them_from_its_database(tmp_path: Path) -> None:
     path = tvm_conv.module_path(tmp_path, ODD, 2, 0, "xgb-evolutionary")
     path.write_bytes(b"ELF")
