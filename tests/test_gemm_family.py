@@ -288,7 +288,7 @@ def test_space_configs_compose() -> None:
     assert len(schemes) == 1 and identify(schemes[0].text, LANES)["variant"] == "A3C2B0"  # type: ignore[index]
     assert dict(schemes[0].options)["partial"] == "masked"
     grid = compose_candidates(
-        "space=gemm_microkernels", "workload=gemm_rn50_t08_b1", "space.microkernels=[[4,16],[2,40]]"
+        "space=gemm_microkernels", "workload=gemm_rn50_t08_b1", "space.microkernels=[[4,16],[2,32]]"
     )
     assert len([c for c in grid if c.kind == "scheme"]) == 2
     packing = compose_candidates("space=gemm_packing", "workload=gemm_square_128")
