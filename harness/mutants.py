@@ -825,10 +825,12 @@ def demo_kernels(target: str) -> list[DemoKernel]:
     """Generated kernels whose outputs exceed CheckConfig().full_below, so the default check samples:
     a BLIS-like matmul, a conv microkernel, a stride-2 conv (mul+add, no hoisting, a 3-tap s unroll), a
     matmul with Texct/Tvar partial tiles (90 = 48 + 42 rows, Tvar tiles of 12 and 6), a matmul whose
-    108 columns end in a masked remainder (codegen.partial=masked: 12 = 8 + 4 lanes on AVX2, 12 of 16
-    on AVX-512), a λ_seq matmul (52 = 6x6 + 4x4 rows, with a k unroll) and a matmul whose A is
-    transposed into a workspace buffer by PackT (k = 37: full in-register blocks and a scalar rest) and
-    one whose A is packed in panels of 6 rows (70 = 11 x 6 + 4: a partial last panel)."""
+    124 columns end in a masked remainder (codegen.partial=masked: 12 = 8 + 4 lanes on AVX2, 28 = 16 +
+    12 on AVX-512; with 108 the AVX-512 remainder of 12 left the tile's second vector fully masked, so a
+    mutated update of that vector changed nothing), a λ_seq matmul (52 = 6x6 + 4x4 rows, with a k
+    unroll) and a matmul whose A is transposed into a workspace buffer by PackT (k = 37: full
+    in-register blocks and a scalar rest) and one whose A is packed in panels of 6 rows (70 = 11 x 6 +
+    4: a partial last panel)."""
 
     def cand(text: str, **opts: object) -> Candidate:
         return Candidate("scheme", text, tuple(sorted({"target": target, **opts}.items())))
@@ -859,7 +861,7 @@ def demo_kernels(target: str) -> list[DemoKernel]:
         DemoKernel(
             "matmul_masked",
             cand("[R_i, R_j, R_k, U_{4,i}, U_{2,j}, V_j]", partial="masked"),
-            Workload.make("matmul_64x108x16", "matmul", {"i": 64, "j": 108, "k": 16}),
+            Workload.make("matmul_64x124x16", "matmul", {"i": 64, "j": 124, "k": 16}),
         ),
         DemoKernel(
             "matmul_lambda",

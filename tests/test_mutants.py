@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from harness.check import CheckConfig, check_output, make_tensors, sample_points
+from harness.machine import detect
 from harness.mutants import (
     FULL_CHECK,
     MUTANTS,
@@ -235,7 +236,7 @@ def test_edits_on_the_partial_tile_masked_lambda_and_strided_kernels() -> None:
     assert gone == {"const int e_i_1 = MIN(12, i_0 + e_i_0 - i_1);"}
     assert new == {"const int e_i_1 = MIN(12, e_i_0 - i_1);"}
 
-    masked = _code("matmul_masked")  # 108 columns: a remainder of 12 (AVX2: 8 + 4 lanes) / 12 (AVX-512)
+    masked = _code("matmul_masked")  # 124 columns: a remainder of 12 (AVX2: 8 + 4) / 28 (AVX-512: 16 + 12)
     gone, new = _changed_lines(masked, apply_mutant(masked, "mask_one_lane_short"))
     assert len(gone) == len(new) == 2 and all(x.startswith("const ") and " mk" in x for x in gone | new)
     for g in gone:
@@ -433,6 +434,21 @@ def test_mutant_changes_the_output_and_the_checks_catch_it(
     assert o.p_no_corners == detection_probability(o.n_wrong, o.n_points, CheckConfig().points)
     if name not in ONE_POINT:
         assert o.n_wrong > 1 and o.p_detect > 1 - 1e-9 and o.rate == 1.0
+
+
+@pytest.mark.parametrize("isa", sorted(set(detect().isas) & {"avx2", "avx512"}))
+def test_no_mutant_is_equivalent_on_a_demo_kernel_it_applies_to(isa: str, shared_cache: Path) -> None:
+    """The whole catalogue, as `python -m harness.mutants --target ISA` runs it, on each ISA this CPU
+    executes: every applicable mutant changes the output and the full check sees it. (With 108 columns,
+    matmul_masked's AVX-512 remainder of 12 left its second vector fully masked: four mutants of that
+    vector's update changed nothing.)"""
+    res = evaluate(demo_kernels(isa), [None, *MUTANTS], shared_cache, seed=SEED, seeds=range(1))
+    clean = [o for o in res if not o.mutant]
+    assert len(clean) == len(KERNELS) and all(o.status == "ok" and o.n_wrong == 0 for o in clean)
+    unseen = [(o.mutant, o.kernel) for o in res if o.mutant and o.status == "ok" and not o.n_wrong]
+    assert not unseen, f"equivalent mutants on {isa}: {unseen}"
+    assert all(o.full is not None and not o.full.passed for o in res if o.mutant and o.status == "ok")
+    assert {(o.mutant, o.kernel) for o in res if o.mutant} >= set(PAIRS)
 
 
 @pytest.mark.parametrize("kernel", ORIGINAL_KERNELS)
