@@ -279,6 +279,27 @@ def compose_candidates(*overrides: str) -> list:
         return build_experiment(compose("config", overrides=list(overrides))).candidates
 
 
+@pytest.mark.parametrize("isa", ["avx2", "avx512"])
+def test_isa_matmul_tiles_are_sized_for_each_register_file(isa: str) -> None:
+    """conf/space/isa_matmul.yaml (the portability benchmark): each ISA gets its own register tiles, at
+    most three quarters of its vector registers as accumulators (12 of 16, 24 of 32; the largest tile
+    exactly that), no spill by the register model, covering 192 x 192."""
+    import re
+
+    cands = compose_candidates("space=isa_matmul", "workload=matmul_192", f"target={isa}")
+    schemes = [c for c in cands if c.kind == "scheme"]
+    assert len(schemes) == 4 and {c.text for c in cands if c.kind == "baseline"} >= {"numpy", "openblas"}
+    lanes, regs = vector_lanes(isa), register_count(isa)
+    accumulators = []
+    for c in schemes:
+        assert dict(c.options)["target"] == isa
+        mr, nv = (int(x) for x in re.search(r"U_\{(\d+),i\}, U_\{(\d+),j\}, V_j\]", c.text).groups())
+        assert registers_needed("B3A2C0", mr, nv * lanes, 1, lanes) <= regs, c.text
+        assert 192 % mr == 0 and 192 % (nv * lanes) == 0
+        accumulators.append(mr * nv)
+    assert max(accumulators) == regs * 3 // 4 and all(a <= regs * 3 // 4 for a in accumulators)
+
+
 def test_space_configs_compose() -> None:
     libs = 4  # openblas, blis, mkl, onednn (unavailable ones become unsupported rows, not errors)
     every = compose_candidates("space=gemm_family", "workload=gemm_square_512")
