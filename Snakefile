@@ -9,7 +9,8 @@ configfile: "workflow/config.yaml"
 
 
 def merge_catalogue(config, folder="workflow/catalogue"):
-    """Add each study's figures, papers and jobs (workflow/catalogue/*.yaml) to the base catalogue."""
+    """Add each study's figures, papers, jobs and job order (workflow/catalogue/*.yaml) to the base
+    catalogue."""
     import yaml
     from pathlib import Path
 
@@ -24,6 +25,8 @@ def merge_catalogue(config, folder="workflow/catalogue"):
                     raise ValueError(f"{path}: figure {name!r} is defined twice")
                 else:
                     config[key][name] = value
+        for name, first in (part.get("after") or {}).items():
+            config.setdefault("after", {}).setdefault(name, []).extend(first)
         for profile, jobs in (part.get("jobs") or {}).items():
             clash = set(jobs) & set(config["jobs"].setdefault(profile, {}))
             if clash:
@@ -46,6 +49,11 @@ def job_command(name):
     args = list(JOBS[name])
     where = [f"results_dir={RESULTS}"] if args[0] == "run" else ["--results", RESULTS]
     return " ".join([HARNESS] + [f"'{a}'" for a in args + where])
+
+
+def needs_first(name):
+    """The jobs of this profile that must finish before this one (the catalogue's ``after:``)."""
+    return [j for j in config.get("after", {}).get(name, []) if j in JOBS]
 
 
 def done(names):
@@ -88,6 +96,7 @@ rule calibrate:
 rule job:
     input:
         f"{RESULTS}/done/calibrate.txt",
+        lambda wc: done(needs_first(wc.name)),
     output:
         f"{RESULTS}/done/{{name}}.txt",
     wildcard_constraints:

@@ -173,6 +173,24 @@ def test_snakemake_dry_run_lists_every_target(profile: str, tmp_path: Path) -> N
             assert f"{tmp_path}/done/{name}.txt" in text, (target, name)
 
 
+@pytest.mark.skipif(not SNAKEMAKE.exists(), reason="snakemake is not installed in this environment")
+@pytest.mark.parametrize("profile", ["quick", "full"])
+def test_conv_searches_wait_for_this_machines_microkernel_selection(profile: str, tmp_path: Path) -> None:
+    """The catalogue's ``after:``: a search job's inputs include the microkernel selection job's output."""
+    dry_run = [str(SNAKEMAKE), "--profile", f"profiles/{profile}", "-n", "ttile_fig6_3"]
+    out = subprocess.run(
+        [*dry_run, "--config", f"results={tmp_path}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    jobs = (out.stdout + out.stderr).split("rule job:")
+    search = [j for j in jobs if f"output: {tmp_path}/done/ttile_conv_random.txt" in j]
+    assert len(search) == 1
+    inputs = search[0].split("input:")[1].split("output:")[0]
+    assert f"{tmp_path}/done/ttile_fig5_2.txt" in inputs
+    assert any(f"output: {tmp_path}/done/ttile_fig5_2.txt" in j for j in jobs)
+
+
 def test_quote_schemes_keeps_other_overrides() -> None:
     from harness.cli import quote_schemes
 
