@@ -194,6 +194,12 @@ def run_experiment(
             "search every candidate is timed in full: drop timing.race or choose a search"
         )
     strategy = _make_search(exp, m) if exp.search is not None else None  # bad search input fails first
+    if strategy is not None and _falls_back(exp, m):
+        say(
+            f"[{exp.name}] note: no {exp.target} microkernel selection for this machine in "
+            f"{exp.cache_dir}, so the space uses kernels.conv_space.FALLBACK; `harness microkernels --isa "
+            f"{exp.target} --results {exp.results_dir}` selects this machine's (the thesis selects first)"
+        )
     if len(store.row_files(exp.results_dir, exp.name)) >= store.COMPACT_AT:  # so each launch loads fast
         say(f"[{exp.name}] {store.compact(exp.results_dir, exp.name)} stored rows moved into one table")
     peaks = calibrate(m, cache_dir=exp.cache_dir)
@@ -384,6 +390,16 @@ def _selected_microkernels(exp: Experiment, m: machine_mod.Machine) -> list[dict
     except (OSError, ValueError):
         return None
     return [dict(mk.size) for mk in mks] or None
+
+
+def _falls_back(exp: Experiment, m: machine_mod.Machine) -> bool:
+    """A conv space asking for this machine's selected microkernels, of which none is stored."""
+    conv = exp.space.get("conv") or {}
+    return (
+        bool(conv)
+        and conv.get("microkernels", "selected") == "selected"
+        and not _selected_microkernels(exp, m)
+    )
 
 
 def _make_search(exp: Experiment, m: machine_mod.Machine) -> Strategy:

@@ -357,3 +357,23 @@ def _harness(*args: str) -> subprocess.CompletedProcess[str]:
 def test_cli_bad_search_input_is_one_line_exit_2() -> None:
     r = _harness("run", "workload=yolo9000_18_small", "space=conv_all", "search=random", "search.budget=0")
     assert r.returncode == 2 and "search.budget" in r.stderr and r.stderr.strip().count("\n") == 0
+
+
+def test_a_conv_search_without_this_machines_selection_says_it_uses_the_fallback(tmp_path: Path) -> None:
+    """The space asks for the selected microkernels; with none stored a run says so (and how to select)."""
+    from harness import machine as machine_mod
+    from harness.experiment import _falls_back
+    from harness.microbench import selection_path
+    from kernels.microkernels import make_conv
+
+    exp = _experiment(tmp_path, tmp_path / "cache", "random", 1)
+    m = machine_mod.detect()
+    assert _falls_back(exp, m)
+    forced = _experiment(
+        tmp_path, tmp_path / "cache", "random", 1, {**SPACE, "conv": {"microkernels": "forced"}}
+    )
+    assert not _falls_back(forced, m)
+    path = selection_path(exp.cache_dir, m.fingerprint, TARGET)
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"selected": [make_conv(TARGET, w=3, k=4).to_dict()]}))
+    assert not _falls_back(exp, m)
