@@ -229,6 +229,7 @@ def _summary_line(rows: list[dict[str, object]]) -> dict[str, object]:
         reason="; ".join(dict.fromkeys(str(r) for r in bad if str(r))),
         flags="; ".join(_flags(rows)),
         candidate_text=_first(rows, "candidate_text"),
+        candidate_options=_first(rows, "candidate_options"),
         search_strategy=_first(rows, "search_strategy"),
         search_runs=_search_runs(rows),
         timestamp=min(stamps) if stamps else None,

@@ -22,6 +22,7 @@ import os
 import shutil
 import sys
 import traceback
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +64,8 @@ def _check_choices(c: dict[str, Any]) -> None:
     for backend in c["counters"]["backends"]:
         if backend not in ("papi", "perf_event"):
             raise UsageError(f"counters.backends: unknown backend {backend!r}; allowed: papi, perf_event")
-    for name in (c["baselines"] if c.get("baselines") is not None else c["space"].get("baselines")) or []:
+    for entry in (c["baselines"] if c.get("baselines") is not None else c["space"].get("baselines")) or []:
+        name = entry.get("name") if isinstance(entry, Mapping) else entry  # {name: onednn, threads: 2}
         if name not in BASELINE_NAMES:
             raise UsageError(f"baselines: unknown library {name!r}; allowed: {', '.join(BASELINE_NAMES)}")
     if c.get("search"):  # the search group (harness/search): strategy, budget, seed, batch

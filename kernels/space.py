@@ -90,6 +90,16 @@ def entry_schemes(entry: Any, workload: Workload, target: str) -> list[tuple[str
     return [(text, {})]
 
 
+def baseline_candidate(entry: str | Mapping[str, Any]) -> Candidate:
+    """A space's baseline: a library name, or ``{name: onednn, threads: 2}`` for one with options."""
+    if isinstance(entry, Mapping):
+        options = {str(k): v for k, v in entry.items() if k != "name"}
+        if "name" not in entry or not options:
+            raise SpaceError(f"a baseline with options needs a name and an option, got {dict(entry)}")
+        return Candidate("baseline", str(entry["name"]), tuple(sorted(options.items())))
+    return Candidate("baseline", str(entry))
+
+
 def space_candidates(
     space: Mapping[str, Any],
     workload: Workload,
@@ -121,6 +131,6 @@ def space_candidates(
                 out.setdefault(c.key, c)
     libs = baselines if baselines is not None else ([] if scheme else space.get("baselines", []))
     for b in libs:
-        c = Candidate("baseline", str(b))
+        c = baseline_candidate(b)
         out.setdefault(c.key, c)
     return list(out.values())

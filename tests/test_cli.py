@@ -50,6 +50,7 @@ def test_show_prints_the_generated_c(tmp_path: Path) -> None:
         (["timing.mode=warm"], "timing.mode='warm' is not allowed; allowed: hot, cold"),
         (["compiler.cc=no-such-cc"], "compiler.cc='no-such-cc' is not installed"),
         (["baselines=[blis9]"], "unknown library 'blis9'; allowed: "),
+        (["baselines=[{name:blis9,threads:2}]"], "unknown library 'blis9'; allowed: "),
         (["counters.backends=[pmu]"], "unknown backend 'pmu'"),
         (["check.init=gaussian"], "check.init='gaussian' is not allowed"),
     ],

@@ -263,6 +263,37 @@ def test_strategies_figure_compares_bests_raw_and_against_each_runs_onednn(tmp_p
     assert row["model filter (top 100) / its oneDNN"] == pytest.approx(1.0)
 
 
+def test_fig6_5_sets_the_best_parallel_candidate_beside_onednn_on_as_many_threads(tmp_path) -> None:  # noqa: ANN001
+    import json
+
+    import pandas as pd
+
+    from reports import fig_conv_dse as fig
+
+    def figure(par_a: float, par_b: float, with_library: bool = True):  # noqa: ANN202
+        parts = []
+        for layer, seq, par, lib1, lib2 in (("resnet18_02", 90.0, par_a, 85.0, 160.0),
+                                            ("resnet18_03", 80.0, par_b, 70.0, 150.0)):  # fmt: skip
+            parts.append(_summary(fig.RANDOM, layer, [seq - 20, seq]))
+            parts.append(_summary("ttile_conv_parallel", layer, [par, par - 30]))
+            libs = _summary("ttile_conv_parallel", layer, [lib1, lib2] if with_library else [lib1],
+                            kind="baseline", texts=["onednn"] * (2 if with_library else 1))  # fmt: skip
+            libs["candidate_options"] = [json.dumps({}), json.dumps({"threads": 2})][: len(libs)]
+            parts.append(libs)
+        (f,) = fig.parallel(pd.concat(parts, ignore_index=True), tmp_path)
+        return f
+
+    f = figure(165.0, 120.0)  # ahead of the 2-thread oneDNN on one layer, 20% behind on the other
+    assert f.verdict == "partial" and "on par (>= x0.95) or ahead on 1/2 layers" in f.measured
+    row = next(r for r in f.table if r["workload"] == "resnet18_03")
+    assert row["onednn 1t"] == 70.0 and row["onednn 2t"] == 150.0 and row["speed-up"] == pytest.approx(1.5)
+    assert figure(165.0, 145.0).verdict == "reproduced"  # 145 / 150 = 0.967: on par
+    assert figure(100.0, 100.0).verdict == "differs"
+    # without the parallel library the figure only gives the speed-up over the best sequential candidate
+    f = figure(165.0, 120.0, with_library=False)
+    assert f.verdict == "partial" and "oneDNN on 2 threads not measured" in f.measured
+
+
 def test_search_throughput_leaves_out_a_stop_and_resume() -> None:
     import pandas as pd
 
