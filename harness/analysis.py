@@ -41,6 +41,7 @@ SUMMARY_COLUMNS: list[str] = [
     "reason",
     "flags",
     "candidate_text",
+    "candidate_options",
     "search_strategy",
     "search_runs",
     "timestamp",

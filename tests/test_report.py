@@ -183,6 +183,15 @@ def test_a_unit_pools_its_rows_in_any_order_and_keeps_the_first_value_of_each_co
     assert json.loads(k["search_runs"]) == [[0, 3], [1, 7]]
 
 
+def test_summary_keeps_the_candidate_options() -> None:
+    """Fig 6.5 tells oneDNN on 1 and on 2 threads apart by the baseline's options (same text)."""
+    two = make_row(candidate="lib2", label="onednn", kind="baseline")
+    two["candidate_options"] = '{"threads": 2}'
+    df = frame([make_row(candidate="lib1", label="onednn", kind="baseline"), two])
+    options = analysis.summarize(df).set_index("candidate_key")["candidate_options"]
+    assert options["lib1"] == "{}" and options["lib2"] == '{"threads": 2}'
+
+
 def test_summaries_never_pool_machines() -> None:
     s = analysis.summarize(frame(synthetic_rows()))
     k0_hot = s[(s["candidate_key"] == "k0") & (s["timing_mode"] == "hot")]
