@@ -371,3 +371,21 @@ def test_fig6_2_draws_tvm_from_its_tuning_records_and_judges_random_against_it(t
     assert f.ours == pytest.approx(60.0 - 45.0) and f.verdict == "reproduced"
     assert "TVM's own timing" in f.measured and "tvm 45.0% (2 runs of >= 2)" in f.measured
     assert fig.TVM in f.experiments
+
+
+def test_fig6_15_18_compares_the_best_of_as_many_draws(tmp_path) -> None:  # noqa: ANN001
+    """The searched permutation ran to 1000 draws and the fixed one to 300: the best searched draw among
+    the first 300 (proposal order), not among all 1000, is set beside the fixed one's best."""
+    import pandas as pd
+
+    from reports import fig_conv_dse as fig
+
+    searched = [50.0] * 2 + [70.0] + [95.0]  # the 95 comes after the fixed search's budget of 3
+    fixed = [60.0, 80.0, 40.0]
+    parts = [_summary(fig.RANDOM, "resnet18_02", searched),
+             _summary("ttile_conv_fixed_perm", "resnet18_02", fixed)]  # fmt: skip
+    (f,) = fig.fixed_permutation(pd.concat(parts, ignore_index=True), tmp_path)
+    (row,) = f.table
+    assert row["max searched"] == 95.0 and row["max searched, first n fixed"] == 70.0
+    assert row["n fixed"] == 3 and row["n searched"] == 4
+    assert "higher on 0/1 layers" in f.measured and f.verdict == "partial"
