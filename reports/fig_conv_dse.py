@@ -88,6 +88,12 @@ def _runs(part: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(lines, columns=columns)
 
 
+def _first_run(runs: pd.DataFrame, layer: str) -> pd.DataFrame:
+    """A layer's proposals (lines of ``_runs``) by its first search seed, in proposal order."""
+    r = runs[runs["workload"] == layer]
+    return r[r["seed"] == r["seed"].min()].sort_values("index")
+
+
 def _runs_of(summary: pd.DataFrame, exps: dict[str, str], column: str) -> pd.DataFrame:
     """The runs of several experiments in one table, ``column`` naming each experiment's series."""
     frames = []
@@ -252,11 +258,7 @@ def best_vs_onednn(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
             continue
         libs = part[(part["candidate_kind"] == "baseline") & (part["status"] == "ok")]
         rows = []
-        per_layer = {}
-        for layer in _layers(schemes):
-            r = runs[runs["workload"] == layer]
-            r = r[r["seed"] == r["seed"].min()].sort_values("index")
-            per_layer[layer] = r
+        per_layer = {layer: _first_run(runs, layer) for layer in _layers(schemes)}
         # "best of 100" needs 100 draws; a smaller run (the quick profile's 50) shows the best of what
         # every layer has, labelled as such, never as a best of 100
         most = max((len(r) for r in per_layer.values()), default=0)
@@ -681,8 +683,8 @@ def fixed_permutation(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]
                 continue
             # the two searches may have run to different budgets (1000 searched draws against 300 fixed):
             # the best of the same number of draws, first seed in proposal order, compares like for like
-            r = searched_runs[searched_runs["workload"] == layer]
-            r = r[(r["seed"] == r["seed"].min()) & (r["index"] < xf.size)]
+            r = _first_run(searched_runs, layer)
+            r = r[r["index"] < xf.size]
             samples[layer] = {"fixed permutation": xf, "searched": xs}
             rows.append({"layer": layer, "n fixed": xf.size, "n searched": xs.size,
                          "median fixed": np.median(xf), "median searched": np.median(xs),
