@@ -6,10 +6,11 @@ PIP := $(VENV)/bin/pip
 APT_PACKAGES := gcc clang libopenblas-dev libpapi-dev libblis-dev libxsmm-dev libdnnl-dev chromium poppler-utils valgrind
 JOBS ?= 2
 
-.PHONY: setup quick full test lint clean-results restore-measured
+.PHONY: setup quick full test lint clean-results restore-measured torch
 
 # Idempotent: Debian packages when run as root, a virtual environment, the project (editable) with its
-# dev tools, MKL from PyPI for the vendor baseline, and Apache TVM for the optional TVM convolution baseline.
+# dev tools, today's baseline libraries from PyPI at pinned versions (oneDNN 3, OpenBLAS, MKL: extra
+# "baselines"), and Apache TVM for the optional TVM convolution baseline.
 setup: $(VENV)/.setup-done
 
 $(VENV)/.setup-done: pyproject.toml
@@ -24,9 +25,13 @@ $(VENV)/.setup-done: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q -e '.[dev]'
-	$(PIP) install -q mkl || echo "mkl not installable here: the MKL baseline will be reported as unavailable"
+	$(PIP) install -q -e '.[baselines]' || echo "today's libraries (oneDNN 3, OpenBLAS, MKL) not installable here: reported as unavailable"
 	$(PIP) install -q -e '.[tvm]' || echo "TVM not installable here: the tvm baseline will be reported as unavailable"
 	touch $@
+
+# PyTorch as a further baseline (about 700 MB): `make torch`, then the spaces' torch baselines run
+torch: setup
+	$(PIP) install -q -e '.[torch]'
 
 # The quick reproduction: a handful of matmul and conv schemes plus library baselines, then the report.
 quick: setup

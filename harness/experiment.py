@@ -33,7 +33,7 @@ from harness.check import CheckConfig, check_output, make_tensors
 from harness.run import RunLimits, RunResult, TimingConfig, cpus_for, run_kernel
 from harness.sanity import CoreWatch, SanityConfig, drift_flags, row_flags
 from harness.search import Problem, SearchConfig, Strategy, make_strategy
-from kernels.baselines import BaselineUnavailable
+from kernels.baselines import BaselineUnavailable, library_info, versioned
 from kernels.candidate import Candidate, KernelSource, Workload, render
 from kernels.scheme import SchemeError
 
@@ -146,7 +146,19 @@ def _base_row(exp: Experiment, cand: Candidate, m: machine_mod.Machine) -> dict[
         "pct_peak_median": None,
         "timestamp": _now(),
         "harness_version": HARNESS_VERSION,
+        **_library_columns(cand),
     }
+
+
+def _library_columns(cand: Candidate) -> dict[str, Any]:
+    """A baseline row says which library it ran: name, exact version, source (None for other rows)."""
+    if cand.kind != "baseline":
+        return {}
+    try:
+        info = library_info(cand.text)
+    except ValueError:  # an unknown name: the row says unsupported, with the known names
+        return {}
+    return {"library": info.library, "library_version": info.version, "library_source": info.source}
 
 
 def _render(cand: Candidate, w: Workload) -> KernelSource | tuple[str, str]:
@@ -436,7 +448,7 @@ def _run_search(
     # ... and the space's libraries that need no validation against the BLAS table (conv libraries such as
     # onednn are reported unsupported until their renderer exists)
     for name in exp.space.get("library_baselines") or []:
-        lib = Candidate("baseline", str(name))
+        lib = versioned(Candidate("baseline", str(name)))
         if lib.key not in stored and lib not in libs:
             libs.append(lib)
     budget = cfg.budget if cfg.budget is not None else 10**9
@@ -507,7 +519,8 @@ def _measure(
         counters_unavailable=json.dumps(res.counters_unavailable),
         threads=res.threads,
         cpus=json.dumps(res.cpus),
-        impl=res.impl,
+        # what the library chose, as it says while running (oneDNN's kernel), else its code path on this CPU
+        impl=res.impl or (library_info(row["candidate_text"]).impl if row.get("library") else ""),
     )
     if exp.timing.mode != "hot":
         row["cold_method"] = res.cold_method

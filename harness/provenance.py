@@ -158,6 +158,23 @@ def compilers_used(df: pd.DataFrame) -> list[dict[str, Any]]:
     return _records(table)
 
 
+def libraries_used(df: pd.DataFrame) -> list[dict[str, Any]]:
+    """Every baseline library of the rows: name, exact version, source, the code paths it took per machine
+    (oneDNN's kernels, OpenBLAS's core, MKL's instruction set), experiments and row counts."""
+    if df.empty or "library" not in df:
+        return []
+    cols = ["library", "library_version", "library_source", "candidate_text", "cpu_model"]
+    part = df[df["candidate_kind"] == "baseline"][[*cols, "impl", "experiment"]].astype("object").fillna("")
+    if part.empty:
+        return []
+    table = part.groupby(cols, sort=True).agg(
+        impl=("impl", lambda s: "; ".join(sorted({str(v).split(" (+")[0] for v in s if v}))[:300]),
+        experiments=("experiment", lambda s: ", ".join(sorted(set(s)))),
+        n_rows=("experiment", "size"),
+    )
+    return _records(table.reset_index())
+
+
 def _reasons(value: Any) -> list[tuple[str, str]]:
     if value is None or (isinstance(value, float) and pd.isna(value)) or value == "":
         return []

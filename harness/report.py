@@ -143,6 +143,7 @@ def render_report(
         env=provenance.environment(),
         harness_versions=provenance.harness_versions(df),
         compilers=provenance.compilers_used(df),
+        libraries=provenance.libraries_used(df),
         calibrations=provenance.calibrations(results_dir),
         row_peaks=provenance.row_peaks(df),
         counters=provenance.counter_backends(df),

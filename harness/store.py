@@ -111,6 +111,9 @@ COLUMNS: OrderedDict[str, tuple[pa.DataType, str]] = OrderedDict(
             "round_times",
             (pa.list_(STR), "ISO 8601 time of each timing round, in round order (null: one round only)"),
         ),
+        ("library", (STR, "the library a baseline ran (onednn, openblas, mkl, blis, libxsmm, torch, tvm)")),
+        ("library_version", (STR, "its exact version, as the library reports it at run time")),
+        ("library_source", (STR, "where it was installed from: debian | pypi")),
     ]
 )
 
@@ -129,6 +132,9 @@ OPTIONAL_COLUMNS: dict[str, Any] = {
     "impl": None,
     "round_medians_ns": None,
     "round_times": None,
+    "library": None,
+    "library_version": None,
+    "library_source": None,
 }
 
 #: Arrow schema of a row file; field metadata carries the descriptions.
@@ -590,9 +596,13 @@ def load(results_dir: Path, experiment: str | None = None) -> pd.DataFrame:
     """Every stored row (of one experiment, or of all) as a DataFrame with the schema applied.
 
     ``times_ns`` holds one numpy array per row; int64/bool columns are nullable pandas dtypes.
+    Baseline rows stored before library versions were recorded read as the libraries they measured
+    (kernels.library_versions.LEGACY: an old ``onednn`` row is ``onednn-2.6``, version 2.6.3, from Debian).
     """
+    from kernels.library_versions import upgrade_legacy
+
     found = [_experiment_table(d) for d in _experiment_dirs(results_dir, experiment)]
     tables = [t for t in found if t is not None]
     if not tables:
         return empty_frame()
-    return _to_pandas(pa.concat_tables(tables)).reset_index(drop=True)
+    return upgrade_legacy(_to_pandas(pa.concat_tables(tables)).reset_index(drop=True))

@@ -1,9 +1,13 @@
 """Vendor libraries as candidates: a thin C wrapper with the kernel ABI around the library's own call.
 
 Each library is data (:class:`Library`): where its file is, the prototypes, how to force one thread and
-the call computing row-major ``C[i,j] += A[i,k] * B[k,j]``. Libraries are linked from their packages
-(Debian's OpenBLAS, BLIS, libxsmm and oneDNN, the OpenBLAS that numpy ships, PyPI's MKL), never
-re-implemented, and run single-threaded. oneDNN also serves the conv2d operator with its direct
+the call computing row-major ``C[i,j] += A[i,k] * B[k,j]``. Libraries are linked from their packages,
+never re-implemented, and run single-threaded: today's from PyPI (oneDNN 3.x, OpenBLAS 0.3.3x as
+scipy-openblas32, MKL pinned in pyproject.toml), Debian 12's under versioned names (``onednn-2.6``,
+``openblas-0.3.21``) beside its BLIS and libxsmm, and the OpenBLAS numpy ships. Every baseline row records
+the library, its exact version and source (:func:`library_info`; the version is in the candidate's key,
+:func:`versioned`). PyTorch is a baseline too (kernels.torch_baseline). oneDNN also serves the conv2d
+operator with its direct
 convolution primitive (:func:`_onednn_conv_source`). One that is not installed raises
 :class:`BaselineUnavailable`, which the harness records as an unsupported candidate rather than a
 failure. Prototypes are declared here, so no header needs to be installed (except dnnl.h for the
@@ -12,13 +16,16 @@ convolution's types); the symbols and integer widths were checked with ``nm -D``
 
 from __future__ import annotations
 
+import functools
 import glob
 import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from kernels import library_versions as versions
 from kernels.candidate import Candidate, KernelSource, Workload
+from kernels.library_versions import LibraryInfo
 
 
 class BaselineUnavailable(RuntimeError):
@@ -36,6 +43,10 @@ class Library:
     call: str  # C statement(s) on a, b, c with the sizes {i}, {j}, {k} substituted
     extra: tuple[str, ...] = ()  # further files to link, "{dir}" being the library's directory
     link: tuple[str, ...] = ()  # further linker arguments (system libraries)
+    library: str = ""  # what it is (row column ``library``): openblas, mkl, onednn...; default: the name
+    source: str = "debian"  # where it comes from: debian | pypi (row column ``library_source``)
+    probe: tuple[str, ...] = ()  # kernels.library_versions probe and its arguments after the file's path
+    include: tuple[str, ...] = ()  # header directories (oneDNN's convolution needs its dnnl.h)
 
 
 def _cblas(
@@ -45,8 +56,10 @@ def _cblas(
     int_type: str,
     set_threads: str,
     threads_type: str = "int",
+    **about: object,
 ) -> Library:
-    """A library with the CBLAS interface (row-major is native there)."""
+    """A library with the CBLAS interface (row-major is native there); ``about``: its Library fields
+    library, source, probe."""
     it = int_type
     return Library(
         name,
@@ -57,6 +70,7 @@ def _cblas(
         once=f"{set_threads}({{threads}});",
         # 101 = CblasRowMajor, 111 = CblasNoTrans
         call=f"{sgemm}(101, 111, 111, {{i}}, {{j}}, {{k}}, 1.0f, a, {{k}}, b, {{j}}, 1.0f, c, {{j}});",
+        **about,  # type: ignore[arg-type]
     )
 
 
@@ -96,32 +110,66 @@ _LIBXSMM = Library(
     '    libxsmm_xgemm(1, 1, "N", "N", &m, &n, &k, &one, b, &m, a, &k, &one, c, &m);',
     extra=("{dir}/libxsmmnoblas.a",),
     link=("-lpthread", "-ldl", "-lm"),
+    library="libxsmm",
 )
 
-# oneDNN (Debian libdnnl 2.6): dnnl_sgemm is row-major (dnnl.h) with 64-bit dnnl_dim_t and returns a
-# dnnl_status_t (0 = success, passed on as the kernel's return code). Debian builds it with the OpenMP
-# runtime (DNNL_CPU_RUNTIME = DNNL_RUNTIME_OMP in dnnl_config.h, libdnnl.so.2 links libgomp), so
-# omp_set_num_threads(n) on the calling thread is what sets its thread count.
-_ONEDNN = Library(
-    "onednn",
-    tuple(f"{d}/libdnnl.so.2" for d in _DEB),
-    decls="extern int dnnl_sgemm(char ta, char tb, long long m, long long n, long long k, float alpha,\n"
-    "    const float *a, long long lda, const float *b, long long ldb, float beta, float *c,\n"
-    "    long long ldc);\n"
-    "extern void omp_set_num_threads(int n);",
-    once="omp_set_num_threads({threads});",
-    call="const int rc = dnnl_sgemm('N', 'N', {i}, {j}, {k}, 1.0f, a, {k}, b, {j}, 1.0f, c, {j});\n"
-    "  if (rc) return 100 + rc; /* dnnl_status_t, offset so it is not mistaken for another code */",
-    link=("-lgomp",),
-)
+
+# oneDNN: dnnl_sgemm is row-major (dnnl.h, the same in 2.x and 3.x) with 64-bit dnnl_dim_t and returns a
+# dnnl_status_t (0 = success, passed on as the kernel's return code). Both builds use the GNU OpenMP runtime
+# (DNNL_CPU_RUNTIME = DNNL_RUNTIME_OMP in dnnl_config.h; each .so links libgomp), so omp_set_num_threads(n)
+# on the calling thread is what sets their thread count. Today's is PyPI's onednn-cpu-gomp (3.x; its
+# headers come with onednn-devel-cpu-gomp into the environment's include/); PyPI's plain `onednn` wheels
+# are SYCL builds whose CPU engine fails without a SYCL device. Debian 12's 2.6.3 stays as the thesis-era
+# library under a versioned name.
+def _onednn(name: str, patterns: tuple[str, ...], source: str, include: tuple[str, ...]) -> Library:
+    return Library(
+        name,
+        patterns,
+        decls="extern int dnnl_sgemm(char ta, char tb, long long m, long long n, long long k, float alpha,\n"
+        "    const float *a, long long lda, const float *b, long long ldb, float beta, float *c,\n"
+        "    long long ldc);\n"
+        "extern void omp_set_num_threads(int n);",
+        once="omp_set_num_threads({threads});",
+        call="const int rc = dnnl_sgemm('N', 'N', {i}, {j}, {k}, 1.0f, a, {k}, b, {j}, 1.0f, c, {j});\n"
+        "  if (rc) return 100 + rc; /* dnnl_status_t, offset so it is not mistaken for another code */",
+        link=("-lgomp",),
+        library="onednn",
+        source=source,
+        probe=("onednn",),
+        include=include,
+    )
+
+
+def _scipy_openblas32() -> str:
+    """Where PyPI's scipy-openblas32 keeps its library (DYNAMIC_ARCH, symbols prefixed ``scipy_``)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("scipy_openblas32")
+    where = os.path.dirname(spec.origin) if spec and spec.origin else os.path.join(sys.prefix, "nowhere")
+    return os.path.join(where, "lib", "libscipy_openblas.so")
+
 
 BLAS: dict[str, Library] = {
+    # today's OpenBLAS: PyPI's scipy-openblas32 (LP64, every symbol prefixed scipy_)
     "openblas": _cblas(
         "openblas",
+        (_scipy_openblas32(),),
+        "scipy_cblas_sgemm",
+        "int",
+        "scipy_openblas_set_num_threads",
+        library="openblas",
+        source="pypi",
+        probe=("openblas", "scipy_", ""),
+    ),
+    # Debian 12's OpenBLAS (0.3.21): it does not know CPUs newer than 2022 and falls back to old cores
+    "openblas-0.3.21": _cblas(
+        "openblas-0.3.21",
         tuple(f"{d}/libopenblas.so.0" for d in _DEB),
         "cblas_sgemm",
         "int",
         "openblas_set_num_threads",
+        library="openblas",
+        probe=("openblas", "", ""),
     ),
     # the OpenBLAS build numpy itself calls for float32 matmul (ILP64, suffixed symbols)
     "numpy": _cblas(
@@ -130,13 +178,20 @@ BLAS: dict[str, Library] = {
         "scipy_cblas_sgemm64_",
         "long long",
         "scipy_openblas_set_num_threads64_",
+        library="openblas",
+        source="pypi",
+        probe=("openblas", "scipy_", "64_"),
     ),
+    # PyPI's MKL at the version pinned in pyproject.toml (extra "baselines")
     "mkl": _cblas(
         "mkl",
         (os.path.join(sys.prefix, "lib", "libmkl_rt.so*"),),
         "cblas_sgemm",
         "int",
         "MKL_Set_Num_Threads",
+        library="mkl",
+        source="pypi",
+        probe=("mkl",),
     ),
     # Debian's BLIS (whichever flavour the alternatives select): 32-bit CBLAS integers, 64-bit dim_t
     "blis": _cblas(
@@ -146,9 +201,19 @@ BLAS: dict[str, Library] = {
         "int",
         "bli_thread_set_num_threads",
         "long long",
+        library="blis",
+        probe=("blis",),
     ),
     "libxsmm": _LIBXSMM,
-    "onednn": _ONEDNN,
+    "onednn": _onednn(
+        "onednn",
+        (os.path.join(sys.prefix, "lib", "libdnnl.so.3"),),
+        "pypi",
+        (os.path.join(sys.prefix, "include"),),
+    ),
+    "onednn-2.6": _onednn(
+        "onednn-2.6", tuple(f"{d}/libdnnl.so.2" for d in _DEB), "debian", ("/usr/include",)
+    ),
 }
 
 
@@ -186,12 +251,41 @@ int kernel(float *const *tensors, void *workspace) {{
 """
 
 
-# Where dnnl.h may be (the convolution needs its types; dnnl_sgemm's prototype is declared above instead).
-_DNNL_HEADERS = ("/usr/include/dnnl.h", "/usr/local/include/dnnl.h")
+# What differs between oneDNN 2.x and 3.x in the convolution's setup. 2.x: memory descriptors are structs
+# passed by address, a convolution descriptor then a primitive descriptor; 3.x: descriptors are opaque
+# handles (created, passed by value) and the primitive descriptor is created in one call.
+_ONEDNN_API: dict[int, dict[str, str]] = {
+    2: {
+        "md_t": "const dnnl_memory_desc_t *",
+        "ref": "&",
+        "md_init": "dnnl_memory_desc_init_by_tag",
+        "sum": "dnnl_post_ops_append_sum(po, 1.0f)",
+        "desc_decl": "dnnl_convolution_desc_t cd;",
+        "create": "TRY(dnnl_convolution_forward_desc_init(&cd, dnnl_forward_inference,\n"
+        "      dnnl_convolution_direct, &src_want, &wei_want, NULL, &dst_want, strides, pad, pad));\n"
+        "  TRY(dnnl_primitive_desc_create(&pd, &cd, attr, eng, NULL));",
+    },
+    3: {
+        "md_t": "const_dnnl_memory_desc_t ",
+        "ref": "",
+        "md_init": "dnnl_memory_desc_create_with_tag",
+        "sum": "dnnl_post_ops_append_sum(po, 1.0f, 0, dnnl_data_type_undef)",
+        "desc_decl": "const dnnl_dims_t dilates = {0, 0};",
+        "create": "TRY(dnnl_convolution_forward_primitive_desc_create(&pd, eng, dnnl_forward_inference,\n"
+        "      dnnl_convolution_direct, src_want, wei_want, NULL, dst_want, strides, dilates, pad, pad,\n"
+        "      attr));",
+    },
+}
 
 
 def _onednn_conv_source(
-    path: str, sizes: dict[str, int], stride: int, threads: int = 1, blocked: bool = False
+    path: str,
+    sizes: dict[str, int],
+    stride: int,
+    threads: int = 1,
+    blocked: bool = False,
+    name: str = "onednn",
+    major: int = 3,
 ) -> str:
     """oneDNN's direct convolution on our layouts: O[h][w][k] += I[h*stride+r][w*stride+s][c] * K[r][s][c][k].
 
@@ -212,12 +306,14 @@ def _onednn_conv_source(
     layout conversion, and the NHWC output is exact after the first call only. oneDNN's copies are not
     among the driver's tensors: a clflushopt cold run leaves them cached (use the sweep method).
     The implementation oneDNN chose goes to stderr (harness.run.IMPL_PREFIX), recorded in the row.
+    ``major``: the oneDNN API the library speaks (2 or 3, :data:`_ONEDNN_API`); ``name``: the baseline's.
     """
     h, w, k, c, r, s = (sizes[d] for d in ("h", "w", "k", "c", "r", "s"))
     ih, iw = (h - 1) * stride + r, (w - 1) * stride + s
     real = os.path.realpath(path)
     act = "dnnl_format_tag_any" if blocked else "dnnl_nhwc"
-    name = "onednn-blocked" if blocked else "onednn"
+    api = _ONEDNN_API[major]
+    md_t, ref, md_init = api["md_t"], api["ref"], api["md_init"]
     layouts = "activations and weights in oneDNN's layouts" if blocked else "NHWC x HWIO -> NHWC"
     return f"""/* baseline: {name} direct convolution, {threads} thread(s), {layouts}, stride {stride} */
 /* O[{h}][{w}][{k}] += I[{ih}][{iw}][{c}] * K[{r}][{s}][{c}][{k}] */
@@ -238,7 +334,7 @@ static dnnl_stream_t strm;
 static dnnl_primitive_t conv;
 static tensor_t tsrc, tdst, twei;
 
-static int reorder_pd(const dnnl_memory_desc_t *from, const dnnl_memory_desc_t *to, dnnl_primitive_t *p) {{
+static int reorder_pd({md_t}from, {md_t}to, dnnl_primitive_t *p) {{
   dnnl_primitive_desc_t rpd;
   TRY(dnnl_reorder_primitive_desc_create(&rpd, from, eng, to, eng, NULL));
   TRY(dnnl_primitive_create(p, rpd));
@@ -246,8 +342,7 @@ static int reorder_pd(const dnnl_memory_desc_t *from, const dnnl_memory_desc_t *
   return 0;
 }}
 
-static int bind(tensor_t *t, const dnnl_memory_desc_t *user_md, const dnnl_memory_desc_t *lib_md, void *data,
-                int back) {{
+static int bind(tensor_t *t, {md_t}user_md, {md_t}lib_md, void *data, int back) {{
   TRY(dnnl_memory_create(&t->user, user_md, eng, data));
   if (dnnl_memory_desc_equal(lib_md, user_md)) {{ t->lib = t->user; return 0; }}
   TRY(dnnl_memory_create(&t->lib, lib_md, eng, DNNL_MEMORY_ALLOCATE));
@@ -266,32 +361,30 @@ static int setup(float *dst, const float *src, const float *wei) {{
   const dnnl_dims_t src_dims = {{1, {c}, {ih}, {iw}}}, wei_dims = {{{k}, {c}, {r}, {s}}};
   const dnnl_dims_t dst_dims = {{1, {k}, {h}, {w}}}, strides = {{{stride}, {stride}}}, pad = {{0, 0}};
   dnnl_memory_desc_t src_md, dst_md, wei_md, src_want, dst_want, wei_want;
-  dnnl_convolution_desc_t cd;
+  {api["desc_decl"]}
   dnnl_post_ops_t po;
   dnnl_primitive_attr_t attr;
   dnnl_primitive_desc_t pd = NULL;
   omp_set_num_threads({threads});
   TRY(dnnl_engine_create(&eng, dnnl_cpu, 0));
   TRY(dnnl_stream_create(&strm, eng, dnnl_stream_default_flags));
-  TRY(dnnl_memory_desc_init_by_tag(&src_md, 4, src_dims, dnnl_f32, dnnl_nhwc));
-  TRY(dnnl_memory_desc_init_by_tag(&dst_md, 4, dst_dims, dnnl_f32, dnnl_nhwc));
-  TRY(dnnl_memory_desc_init_by_tag(&wei_md, 4, wei_dims, dnnl_f32, dnnl_hwio));
-  TRY(dnnl_memory_desc_init_by_tag(&src_want, 4, src_dims, dnnl_f32, {act}));
-  TRY(dnnl_memory_desc_init_by_tag(&dst_want, 4, dst_dims, dnnl_f32, {act}));
-  TRY(dnnl_memory_desc_init_by_tag(&wei_want, 4, wei_dims, dnnl_f32, dnnl_format_tag_any));
+  TRY({md_init}(&src_md, 4, src_dims, dnnl_f32, dnnl_nhwc));
+  TRY({md_init}(&dst_md, 4, dst_dims, dnnl_f32, dnnl_nhwc));
+  TRY({md_init}(&wei_md, 4, wei_dims, dnnl_f32, dnnl_hwio));
+  TRY({md_init}(&src_want, 4, src_dims, dnnl_f32, {act}));
+  TRY({md_init}(&dst_want, 4, dst_dims, dnnl_f32, {act}));
+  TRY({md_init}(&wei_want, 4, wei_dims, dnnl_f32, dnnl_format_tag_any));
   TRY(dnnl_post_ops_create(&po));
-  TRY(dnnl_post_ops_append_sum(po, 1.0f));
+  TRY({api["sum"]});
   TRY(dnnl_primitive_attr_create(&attr));
   TRY(dnnl_primitive_attr_set_post_ops(attr, po));
   /* weights in oneDNN's preferred format: with plain HWIO weights oneDNN 2.6 answers "direct" with its
      im2col GEMM (x64:gemm:jit); with its blocked format it runs its direct JIT kernel (jit:avx2...) */
-  TRY(dnnl_convolution_forward_desc_init(&cd, dnnl_forward_inference, dnnl_convolution_direct, &src_want,
-                                         &wei_want, NULL, &dst_want, strides, pad, pad));
-  TRY(dnnl_primitive_desc_create(&pd, &cd, attr, eng, NULL));
+  {api["create"]}
 #define LIB_MD(q) dnnl_primitive_desc_query_md(pd, q, 0)
-  int rc = bind(&tsrc, &src_md, LIB_MD(dnnl_query_src_md), (void *)src, 0);
-  if (!rc) rc = bind(&twei, &wei_md, LIB_MD(dnnl_query_weights_md), (void *)wei, 0);
-  if (!rc) rc = bind(&tdst, &dst_md, LIB_MD(dnnl_query_dst_md), dst, 1);
+  int rc = bind(&tsrc, {ref}src_md, LIB_MD(dnnl_query_src_md), (void *)src, 0);
+  if (!rc) rc = bind(&twei, {ref}wei_md, LIB_MD(dnnl_query_weights_md), (void *)wei, 0);
+  if (!rc) rc = bind(&tdst, {ref}dst_md, LIB_MD(dnnl_query_dst_md), dst, 1);
   if (rc) return rc;
   const char *impl = "?";
   dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
@@ -336,18 +429,24 @@ int kernel(float *const *tensors, void *workspace) {{
 """
 
 
-def _render_onednn_conv(workload: Workload, threads: int = 1, blocked: bool = False) -> KernelSource:
-    lib = BLAS["onednn"]
+def _render_onednn_conv(
+    workload: Workload, library: str, threads: int = 1, blocked: bool = False
+) -> KernelSource:
+    """The convolution of oneDNN ``library`` (a key of :data:`BLAS`: onednn or onednn-2.6)."""
+    lib = BLAS[library]
     path = find_library(lib)
-    if not any(os.path.exists(h) for h in _DNNL_HEADERS):
-        raise BaselineUnavailable(
-            f"onednn convolution needs dnnl.h (libdnnl-dev): none of {list(_DNNL_HEADERS)}"
-        )
+    headers = [os.path.join(d, "dnnl.h") for d in lib.include]
+    if not any(os.path.exists(h) for h in headers):
+        raise BaselineUnavailable(f"{library} convolution needs its dnnl.h: none of {headers}")
+    major = int(os.path.basename(os.path.realpath(path)).split(".so.")[1].split(".")[0])  # libdnnl.so.3.2
     stride = int(dict(workload.op.params).get("stride", 1))
     libdir = os.path.dirname(path)
     libs = (f"-Wl,--no-as-needed,{path}", f"-Wl,-rpath,{libdir}", *lib.link)
-    code = _onednn_conv_source(path, workload.size, stride, threads, blocked)
-    return KernelSource(code=code, target="any", libs=libs)
+    name = f"{library}-blocked" if blocked else library
+    code = _onednn_conv_source(path, workload.size, stride, threads, blocked, name, major)
+    # the library's own headers first: Debian's 2.x dnnl.h sits in /usr/include, on every default path
+    cflags = tuple(f"-I{d}" for d in lib.include)
+    return KernelSource(code=code, target="any", cflags=cflags, libs=libs)
 
 
 def _render_tvm_conv(candidate: Candidate, workload: Workload, threads: int) -> KernelSource:
@@ -370,25 +469,78 @@ def _render_tvm_conv(candidate: Candidate, workload: Workload, threads: int) -> 
     return KernelSource(code=code, target="any", cflags=(f"-I{include}",), libs=libs)
 
 
-#: Baselines of the convolution only (not matmul libraries): oneDNN in the layouts it chooses, and a
-#: TVM module tuned for the layer (kernels.tvm_conv; option ``module``: the exported library).
-CONV_ONLY = ("onednn-blocked", "tvm")
+#: Baselines of the convolution only (not matmul libraries): oneDNN (3.x and Debian's 2.6) in the layouts it
+#: chooses, a TVM module tuned for the layer (kernels.tvm_conv; option ``module``: the exported library),
+#: and PyTorch with its weights pre-packed as inference after freezing holds them.
+CONV_ONLY = ("onednn-blocked", "onednn-2.6-blocked", "tvm", "torch-packed")
+#: PyTorch (kernels.torch_baseline): torch.mm on matmul, conv2d on channels_last tensors.
+FRAMEWORKS = ("torch",)
 #: Every name a baseline candidate may have.
-BASELINE_NAMES = (*sorted(BLAS), *CONV_ONLY)
+BASELINE_NAMES = (*sorted(BLAS), *FRAMEWORKS, *CONV_ONLY)
+#: oneDNN's convolution baselines -> (library of BLAS, in oneDNN's own activation layouts)
+_ONEDNN_CONV = {"onednn": ("onednn", False), "onednn-blocked": ("onednn", True),
+                "onednn-2.6": ("onednn-2.6", False), "onednn-2.6-blocked": ("onednn-2.6", True)}  # fmt: skip
+
+
+def check_name(name: str) -> None:
+    """An unknown baseline name is bad input: ValueError listing the known ones."""
+    if name not in BASELINE_NAMES:
+        raise ValueError(f"unknown baseline {name!r}; known: {', '.join(BASELINE_NAMES)}")
+
+
+@functools.cache
+def library_info(name: str) -> LibraryInfo:
+    """Library, exact version (None: not installed here), source and code path of baseline ``name``."""
+    check_name(name)
+    if name in _ONEDNN_CONV:
+        name = _ONEDNN_CONV[name][0]
+    if name in ("torch", "torch-packed"):
+        from kernels import torch_baseline
+
+        return LibraryInfo("torch", torch_baseline.version(), "pypi", "")
+    if name == "tvm":
+        return LibraryInfo("tvm", versions.package_version("apache-tvm"), "pypi")
+    lib = BLAS[name]
+    library = lib.library or name
+    try:
+        path = find_library(lib)
+    except BaselineUnavailable:
+        return LibraryInfo(library, None, lib.source)
+    if name == "libxsmm":  # a static archive: its version is in its header
+        header = "/usr/include/libxsmm_version.h"
+        return LibraryInfo(library, versions.header_version(header, "LIBXSMM_CONFIG_VERSION"), lib.source)
+    found = dict(versions.cached_probe(lib.probe[0], path, *lib.probe[1:]))
+    if "error" in found:
+        return LibraryInfo(library, None, lib.source, found["error"])
+    return LibraryInfo(library, found["version"], lib.source, found.get("impl", ""))
+
+
+def versioned(candidate: Candidate) -> Candidate:
+    """A baseline candidate with the installed library's version among its options, so the version is part
+    of its key: a row of another version (an older oneDNN stored under the same name) is never reused."""
+    if candidate.kind != "baseline" or candidate.option("version") is not None:
+        return candidate
+    version = library_info(candidate.text).version or "not installed"
+    return Candidate(
+        "baseline", candidate.text, tuple(sorted({**dict(candidate.options), "version": version}.items()))
+    )
 
 
 def render_baseline(candidate: Candidate, workload: Workload) -> KernelSource:
     name = candidate.text
-    if name not in BASELINE_NAMES:
-        raise ValueError(f"unknown baseline {name!r}; known: {', '.join(BASELINE_NAMES)}")
+    check_name(name)
     # threads: the library's own pool (1 unless the run is parallel: compare like with like)
     threads = int(candidate.option("threads", 1))  # type: ignore[call-overload]
     if threads < 1:
         raise ValueError(f"baseline {name}: threads must be >= 1, got {threads}")
-    if name in ("onednn", "onednn-blocked") and workload.op.name == "conv2d":
-        return _render_onednn_conv(workload, threads, blocked=name == "onednn-blocked")
+    if name in _ONEDNN_CONV and workload.op.name == "conv2d":
+        return _render_onednn_conv(workload, *_ONEDNN_CONV[name][:1], threads, blocked=_ONEDNN_CONV[name][1])
     if name == "tvm" and workload.op.name == "conv2d":
         return _render_tvm_conv(candidate, workload, threads)
+    if name in ("torch", "torch-packed"):
+        from kernels import torch_baseline
+
+        return torch_baseline.render_candidate(candidate, workload)
     if name in CONV_ONLY:
         raise BaselineUnavailable(f"baseline {name} is a convolution, not {workload.op.name}")
     if workload.op.name != "matmul":

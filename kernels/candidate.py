@@ -77,9 +77,14 @@ class Candidate:
         return dict(self.options).get(name, default)
 
     def label(self) -> str:
-        """The text plus the options that differ from the code generator's defaults."""
-        extra = ",".join(f"{k}={v}" for k, v in self.options if k != "target" and DEFAULT_OPTIONS.get(k) != v)
-        return f"{self.text}" + (f" ({extra})" if extra else "")
+        """The text (with a library's version: ``onednn 3.2.0``) plus the options that differ from the code
+        generator's defaults."""
+        hidden = ("target", "version")
+        extra = ",".join(
+            f"{k}={v}" for k, v in self.options if k not in hidden and DEFAULT_OPTIONS.get(k) != v
+        )
+        version = self.option("version")
+        return f"{self.text}" + (f" {version}" if version else "") + (f" ({extra})" if extra else "")
 
 
 @dataclass(frozen=True)

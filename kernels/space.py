@@ -91,13 +91,16 @@ def entry_schemes(entry: Any, workload: Workload, target: str) -> list[tuple[str
 
 
 def baseline_candidate(entry: str | Mapping[str, Any]) -> Candidate:
-    """A space's baseline: a library name, or ``{name: onednn, threads: 2}`` for one with options."""
+    """A space's baseline: a library name, or ``{name: onednn, threads: 2}`` for one with options; with the
+    installed library's version in its options (kernels.baselines.versioned)."""
+    from kernels.baselines import versioned
+
     if isinstance(entry, Mapping):
         options = {str(k): v for k, v in entry.items() if k != "name"}
         if "name" not in entry or not options:
             raise SpaceError(f"a baseline with options needs a name and an option, got {dict(entry)}")
-        return Candidate("baseline", str(entry["name"]), tuple(sorted(options.items())))
-    return Candidate("baseline", str(entry))
+        return versioned(Candidate("baseline", str(entry["name"]), tuple(sorted(options.items()))))
+    return versioned(Candidate("baseline", str(entry)))
 
 
 def space_candidates(

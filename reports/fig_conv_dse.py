@@ -257,6 +257,10 @@ def best_vs_onednn(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
         if runs.empty:
             continue
         libs = part[(part["candidate_kind"] == "baseline") & (part["status"] == "ok")]
+        # the oneDNN the verdict is against: today's (3.x) where measured, else the one these rows have
+        # (Debian's 2.6.3 in archives from before 3.x was a baseline); the others are bars beside it
+        lib_cols = {col: libs[libs["candidate_text"].isin(names)] for col, names in LIBRARY_BARS.items()}
+        versus = "onednn" if len(compared_onednn(libs)) and len(lib_cols["onednn"]) else "onednn-2.6"
         rows = []
         per_layer = {layer: _first_run(runs, layer) for layer in _layers(schemes)}
         # "best of 100" needs 100 draws; a smaller run (the quick profile's 50) shows the best of what
@@ -266,7 +270,7 @@ def best_vs_onednn(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
         small_col, big_col = f"best of {small}", "best of 1000"
         for layer, r in per_layer.items():
             perf = r["perf"].where(r["ok"]).to_numpy(float)
-            lib = libs[libs["workload"] == layer]
+            lib = lib_cols[versus][lib_cols[versus]["workload"] == layer]
             one = lib["pct_peak_median"]
             # the best of the first draws against the faster oneDNN, round by round when both were re-timed
             # in interleaved rounds (timing.rounds with search.confirm): a drifting host moves both sides
@@ -280,8 +284,8 @@ def best_vs_onednn(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
             rows.append({"layer": layer, "network": _network(layer), "draws": len(r),
                          small_col: dist.best_of_first(perf, small),
                          big_col: dist.best_of_first(perf, 1000),
-                         # the faster oneDNN: on NHWC or in its own layouts (onednn-blocked)
-                         "onednn": float(one.max()) if len(one) else np.nan,
+                         # each library's faster layout: NHWC or its own (onednn-blocked, torch-packed)
+                         **{col: _best_pct(rows_of, layer) for col, rows_of in lib_cols.items()},
                          # throughput of the search (compile + check + timing), from the rows' timestamps
                          "candidates/min": _rate_per_minute(stamps),
                          # draws timed only twice (timing.race): far slower than the best so far
@@ -295,15 +299,17 @@ def best_vs_onednn(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
         tvm = _tvm_best(summary, fp)
         table["tvm"] = table["layer"].map(tvm["pct_peak_median"])
         table["tvm trials"] = table["layer"].map(tvm["trials"])
-        series: tuple[str, ...] = (small_col, big_col, "onednn")
-        colors = ["#90cdf4", "#2b6cb0", "#c53030"]
-        if table["tvm"].notna().any():
-            series, colors = (*series, "tvm"), [*colors, "#d69e2e"]
+        series: tuple[str, ...] = (small_col, big_col)
+        colors = ["#90cdf4", "#2b6cb0"]
+        for col, color in (*LIBRARY_COLORS.items(), ("tvm", "#d69e2e")):
+            if table[col].notna().any():
+                series, colors = (*series, col), [*colors, color]
         fig, ax = plt.subplots(figsize=(max(6, 0.6 * len(table) + 2), 4))
         width = 0.8 / len(series)
         xs = np.arange(len(table))
         trials = "/".join(str(int(t)) for t in sorted(table["tvm trials"].dropna().unique()))
-        legend = {"tvm": f"tvm (MetaSchedule, {trials} trials)"}
+        legend = {"tvm": f"tvm (MetaSchedule, {trials} trials)",
+                  **{col: f"{col} {_versions(rows_of)}" for col, rows_of in lib_cols.items()}}  # fmt: skip
         for i, (col, color) in enumerate(zip(series, colors, strict=True)):
             ax.bar(xs + (i - (len(series) - 1) / 2) * width, table[col].to_numpy(float), width,
                    label=legend.get(col, col), color=color)  # fmt: skip
@@ -319,21 +325,23 @@ def best_vs_onednn(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
                 dict(zip(layers["layer"], layers["flops"], strict=True)),
             )
 
+        complete = complete.assign(onednn_vs=complete[versus])
         for net, t in complete.groupby("network"):
             # the best of 1000 may cover only some layers: oneDNN is averaged over the same ones beside it
             big = t.dropna(subset=[big_col])
-            averages.append({"network": net, **{s: weighted(t, s) for s in (small_col, big_col, "onednn")},
-                             "onednn of 1000": weighted(big, "onednn"),
+            averages.append({"network": net, **{s: weighted(t, s) for s in (small_col, big_col)},
+                             "onednn": weighted(t, "onednn_vs"), "onednn of 1000": weighted(big, "onednn_vs"),
                              "layers of 1000": len(big), "layers": len(t)})  # fmt: skip
         avg_t = pd.DataFrame(averages)
         image, csv = _save(fig, table, out_dir, f"{name}-{fp}")
-        both = complete.dropna(subset=["onednn"])
+        both = complete.dropna(subset=["onednn_vs"])
+        against = f"oneDNN {_versions(lib_cols[versus])}"
         short = table.loc[table[small_col].isna(), "layer"].tolist()
         if both.empty:
             verdict, measured = "partial", "oneDNN has no measurement here (unavailable): no comparison"
             ours = float(np.nanmean(table[small_col]))
         else:
-            won = int((both[small_col] > both["onednn"]).sum())
+            won = int((both[small_col] > both["onednn_vs"]).sum())
             nets_above = [a for a in averages if a[small_col] > a["onednn"]]
             majority = won > len(both) / 2
             all_nets = len(nets_above) == len(averages)
@@ -348,7 +356,8 @@ def best_vs_onednn(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
                 draws += f", {rate.min():.0f}-{rate.max():.0f} candidates/min"
             if table["raced"].sum():
                 draws += f", {table['raced'].sum() / table['draws'].sum():.0%} of the draws raced"
-            measured = f"{small_col} ({draws}) beats oneDNN on {won}/{len(both)} layers; weighted averages "
+            measured = f"{small_col} ({draws}) beats {against} on {won}/{len(both)} layers; weighted "
+            measured += "averages "
             # a network with no 1000-draw run says nothing of it (it used to print "nan%")
             of_1000 = {
                 a["network"]: ""
@@ -361,6 +370,12 @@ def best_vs_onednn(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
                 f"{a['network']}: {a[small_col]:.1f}%{of_1000[a['network']]} vs oneDNN {a['onednn']:.1f}%"
                 for a in averages
             )
+            for col in LIBRARY_BARS:  # the other libraries measured beside it, on the same layers
+                other = both.dropna(subset=[col])
+                if col != versus and len(other):
+                    beaten = int((other[small_col] > other[col]).sum())
+                    version = _versions(lib_cols[col])
+                    measured += f"; {small_col} beats {col} {version} on {beaten}/{len(other)}"
             paired = both.dropna(subset=["ratio min"])
             if len(paired):
                 measured += (
@@ -401,6 +416,33 @@ def best_vs_onednn(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
 
 
 _NO_RATIO = (np.nan, np.nan, np.nan)
+
+#: Fig 6.3's library bars: column -> the baselines whose faster layout it shows
+LIBRARY_BARS: dict[str, tuple[str, ...]] = {
+    "onednn": ("onednn", "onednn-blocked"),  # today's oneDNN (3.x, PyPI)
+    "onednn-2.6": ("onednn-2.6", "onednn-2.6-blocked"),  # the thesis-era library (Debian 12)
+    "torch": ("torch", "torch-packed"),  # the framework a user would pick instead
+}
+LIBRARY_COLORS = {"onednn": "#c53030", "onednn-2.6": "#feb2b2", "torch": "#805ad5"}
+
+
+def compared_onednn(libs: pd.DataFrame) -> pd.DataFrame:
+    """The oneDNN rows a verdict is against: today's (3.x) where measured, else Debian's 2.6 (the archives
+    from before 3.x was a baseline); never the two pooled, and no other library."""
+    today = libs[libs["candidate_text"].isin(LIBRARY_BARS["onednn"])]
+    return today if len(today) else libs[libs["candidate_text"].isin(LIBRARY_BARS["onednn-2.6"])]
+
+
+def _best_pct(lib_rows: pd.DataFrame, layer: str) -> float:
+    """The library's best median % of peak on ``layer`` (NaN when not measured there)."""
+    mine = lib_rows.loc[lib_rows["workload"] == layer, "pct_peak_median"]
+    return float(mine.max()) if len(mine) else np.nan
+
+
+def _versions(lib_rows: pd.DataFrame) -> str:
+    """The versions a library's rows measured ("3.2.0", or "2.6.3/3.2.0" when mixed)."""
+    found = sorted({str(v) for v in lib_rows.get("library_version", pd.Series(dtype=str)).dropna()})
+    return "/".join(found) if found else "(version unrecorded)"
 
 
 def _module(label: object) -> str | None:
@@ -726,8 +768,8 @@ def strategies(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
         # each run measured oneDNN when it started on the layer: the strategies' runs are hours apart and
         # the host drifts (oneDNN itself moved by up to x1.6 between runs here), so each best is also
         # given as a ratio to the oneDNN of its own run
-        libs = summary[(summary["candidate_kind"] == "baseline") & (summary["status"] == "ok")
-                       & (summary["machine_fingerprint"] == fp)]  # fmt: skip
+        libs = compared_onednn(summary[(summary["candidate_kind"] == "baseline") & (summary["status"] == "ok")
+                                       & (summary["machine_fingerprint"] == fp)])  # fmt: skip
         lib_best = libs.groupby(["experiment", "workload"])["pct_peak_median"].max()
         series = [c for c in exps if c in table]
         for col in series:
@@ -787,7 +829,8 @@ def parallel(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
             continue
         best = best.rename(columns={"ttile_conv_parallel": "parallel", RANDOM: "sequential"})
         mine = (summary["experiment"] == "ttile_conv_parallel") & (summary["machine_fingerprint"] == fp)
-        libs = summary[mine & (summary["candidate_kind"] == "baseline") & (summary["status"] == "ok")].copy()
+        libs = compared_onednn(summary[mine & (summary["candidate_kind"] == "baseline")
+                                       & (summary["status"] == "ok")]).copy()  # fmt: skip
         libs["threads"] = [_library_threads(r) for _, r in libs.iterrows()]
         for n in (1, threads):  # the faster of NHWC and oneDNN's own layouts, as in Fig 6.3
             col = f"onednn {n}t"

@@ -21,12 +21,15 @@ FULL = CheckConfig(full_below=10**9)
 
 # What each wrapper must call before its first sgemm so that the library uses one thread.
 ONE_THREAD = {
-    "openblas": "openblas_set_num_threads(1);",
+    "openblas": "scipy_openblas_set_num_threads(1);",  # PyPI's scipy-openblas32: prefixed symbols
+    "openblas-0.3.21": "openblas_set_num_threads(1);",
     "numpy": "scipy_openblas_set_num_threads64_(1);",
     "mkl": "MKL_Set_Num_Threads(1);",
     "blis": "bli_thread_set_num_threads(1);",
-    "onednn": "omp_set_num_threads(1);",  # Debian's oneDNN uses OpenMP (dnnl_config.h)
+    "onednn": "omp_set_num_threads(1);",  # both oneDNN builds use GNU OpenMP (dnnl_config.h)
+    "onednn-2.6": "omp_set_num_threads(1);",
 }
+ONEDNNS = ("onednn", "onednn-2.6")  # PyPI's 3.x and Debian's 2.6.3
 
 
 def missing(name: str) -> str | None:
@@ -93,7 +96,7 @@ def test_library_without_its_companion_file_is_unsupported(monkeypatch: pytest.M
 )
 def test_non_matmul_workloads_are_unsupported(workload: Workload, tmp_path: Path, shared_cache: Path) -> None:
     # oneDNN is the one library that also computes conv2d (its direct convolution, tested below)
-    names = [n for n in sorted(BLAS) if not (n == "onednn" and workload.op.name == "conv2d")]
+    names = [n for n in sorted(BLAS) if not (n in ONEDNNS and workload.op.name == "conv2d")]
     cands = [Candidate("baseline", name) for name in names]
     rows = run_candidates(cands, workload, tmp_path, shared_cache)
     assert len(rows) == len(names)
@@ -127,13 +130,14 @@ CONV_SHAPES = [
 ]
 
 
-@pytest.mark.parametrize("name", ["onednn", "onednn-blocked"])
+@pytest.mark.parametrize("name", ["onednn", "onednn-blocked", "onednn-2.6", "onednn-2.6-blocked"])
 @pytest.mark.parametrize(("sizes", "stride"), CONV_SHAPES)
 def test_onednn_direct_convolution_passes_the_check(
     name: str, sizes: dict[str, int], stride: int, tmp_path: Path, shared_cache: Path
 ) -> None:
-    if missing("onednn"):
-        pytest.skip(missing("onednn"))
+    library = name.removesuffix("-blocked")
+    if missing(library):
+        pytest.skip(missing(library))
     w = Workload.make("cv", "conv2d", sizes, stride=stride)
     src = render_baseline(Candidate("baseline", name), w)
     assert "dnnl_convolution_direct" in src.code and "dnnl_post_ops_append_sum" in src.code
@@ -145,14 +149,17 @@ def test_onednn_direct_convolution_passes_the_check(
     assert row["impl"].startswith(name + " ") and len(row["impl"]) > len(name) + 1
 
 
-def test_onednn_blocked_runs_in_its_own_activation_layout(tmp_path: Path, shared_cache: Path) -> None:
+@pytest.mark.parametrize("library", ONEDNNS)
+def test_onednn_blocked_runs_in_its_own_activation_layout(
+    library: str, tmp_path: Path, shared_cache: Path
+) -> None:
     """onednn-blocked lets oneDNN pick its activation layout: when it picks a blocked one the src conversion
     is announced (so the timed calls really ran on oneDNN's layout); the output passes the full check."""
-    if missing("onednn"):
-        pytest.skip(missing("onednn"))
+    if missing(library):
+        pytest.skip(missing(library))
     w = Workload.make("cv", "conv2d", {"h": 6, "w": 6, "k": 16, "c": 16, "r": 3, "s": 3})
     plain, blocked = run_candidates(
-        [Candidate("baseline", "onednn"), Candidate("baseline", "onednn-blocked")],
+        [Candidate("baseline", library), Candidate("baseline", f"{library}-blocked")],
         w,
         tmp_path,
         shared_cache,
@@ -176,15 +183,30 @@ def test_reported_impl_takes_the_last_announcement() -> None:
     assert reported_impl("no announcement\n") == "" and reported_impl(None) == ""
 
 
+@pytest.mark.parametrize("library", ONEDNNS)
 def test_onednn_convolution_without_its_header_is_unsupported(
-    tmp_path: Path, shared_cache: Path, monkeypatch: pytest.MonkeyPatch
+    library: str, tmp_path: Path, shared_cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    if missing("onednn"):
-        pytest.skip(missing("onednn"))
-    monkeypatch.setattr(baselines, "_DNNL_HEADERS", (str(tmp_path / "nowhere" / "dnnl.h"),))
+    if missing(library):
+        pytest.skip(missing(library))
+    gone = dataclasses.replace(BLAS[library], include=(str(tmp_path / "nowhere"),))
+    monkeypatch.setitem(baselines.BLAS, library, gone)
     w = Workload.make("cv", "conv2d", {"h": 2, "w": 2, "k": 8, "c": 2, "r": 1, "s": 1})
-    (row,) = run_candidates([Candidate("baseline", "onednn")], w, tmp_path, shared_cache)
+    (row,) = run_candidates([Candidate("baseline", library)], w, tmp_path, shared_cache)
     assert row["status"] == "unsupported" and "dnnl.h" in row["reason"]
+
+
+def test_each_onednn_is_compiled_against_its_own_header() -> None:
+    """Debian's 2.x dnnl.h is on every default include path: the 3.x wrapper must put its own first (a
+    3.x wrapper built on the 2.x header would not compile, or worse, call with the wrong structures)."""
+    w = Workload.make("cv", "conv2d", {"h": 2, "w": 2, "k": 8, "c": 2, "r": 1, "s": 1})
+    for library, api in (("onednn", "dnnl_convolution_forward_primitive_desc_create"),
+                         ("onednn-2.6", "dnnl_convolution_forward_desc_init")):  # fmt: skip
+        if missing(library):
+            continue
+        src = render_baseline(Candidate("baseline", library), w)
+        assert api in src.code and src.cflags[0] == f"-I{BLAS[library].include[0]}"
+        assert f"libdnnl.so.{3 if library == 'onednn' else 2}" in " ".join(src.libs)
 
 
 @pytest.mark.parametrize("name", sorted(ONE_THREAD))

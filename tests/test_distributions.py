@@ -141,6 +141,44 @@ def test_fig6_3_verdict_follows_the_comparison_with_onednn(tmp_path) -> None:  #
     assert pd.read_csv(tmp_path / Path(f.csv).name)["raced"].tolist() == [1]  # out_dir = tmp_path
 
 
+def test_fig6_3_judges_against_todays_onednn_with_the_old_one_and_torch_beside(tmp_path) -> None:  # noqa: ANN001
+    """With oneDNN 3.x measured, the verdict is against it (the faster of its two layouts), not against the
+    slower 2.6 nor torch, which are bars of their own with their versions; without 3.x (an archive from
+    before), against the 2.6 rows, named as such."""
+    import pandas as pd
+
+    from reports import fig_conv_dse as fig
+
+    def lib(layer: str, text: str, perf: float, version: str) -> pd.DataFrame:
+        one = _summary(fig.RANDOM, layer, [perf], kind="baseline", texts=[text])
+        one["candidate_key"] = f"{text}-{layer}"
+        return one.assign(library_version=version)
+
+    def parts(today: bool) -> list[pd.DataFrame]:
+        out = []
+        for layer in ("yolo9000_12", "resnet18_02"):
+            out.append(_summary(fig.RANDOM, layer, [70.0] * 99 + [80.0]))
+            out += [
+                lib(layer, "onednn-2.6", 60.0, "2.6.3"),
+                lib(layer, "onednn-2.6-blocked", 65.0, "2.6.3"),
+                lib(layer, "torch", 50.0, "2.13.0+cpu"),
+                lib(layer, "torch-packed", 75.0, "2.13.0+cpu"),
+            ]
+            if today:
+                out += [lib(layer, "onednn", 85.0, "3.2.0"), lib(layer, "onednn-blocked", 90.0, "3.2.0")]
+        return out
+
+    (f,) = fig.best_vs_onednn(pd.concat(parts(today=True), ignore_index=True), tmp_path)
+    table = {r["layer"]: r for r in f.table if "layer" in r}
+    assert table["resnet18_02"]["onednn"] == 90.0 and table["resnet18_02"]["onednn-2.6"] == 65.0
+    assert table["resnet18_02"]["torch"] == 75.0
+    assert f.verdict == "differs" and "beats oneDNN 3.2.0 on 0/2 layers" in f.measured
+    assert "beats onednn-2.6 2.6.3 on 2/2" in f.measured and "beats torch 2.13.0+cpu on 2/2" in f.measured
+    (f,) = fig.best_vs_onednn(pd.concat(parts(today=False), ignore_index=True), tmp_path)
+    assert f.verdict == "reproduced" and "beats oneDNN 2.6.3 on 2/2 layers" in f.measured
+    assert all(pd.isna(r["onednn"]) for r in f.table if "layer" in r)
+
+
 def test_fig6_3_shows_tvm_where_a_tuned_module_was_measured(tmp_path) -> None:  # noqa: ANN001
     """harness tvm-tune's rows (experiment tvm_conv) add a TVM bar on the layers they cover, the best module
     per layer with its trials; the verdict still compares with oneDNN."""

@@ -282,15 +282,17 @@ def test_rounds_with_a_search_need_search_confirm(tmp_path: Path) -> None:
 
 def test_a_space_baseline_may_carry_options() -> None:
     """``{name: onednn, threads: 2}`` in a space's baselines: the library with that option (Fig 6.5)."""
+    from kernels.baselines import library_info
     from kernels.space import SpaceError, space_candidates
 
     wl = Workload.make("c", "conv2d", {"h": 4, "w": 4, "k": 16, "c": 4, "r": 1, "s": 1})
     space = {"schemes": [], "baselines": ["onednn", {"name": "onednn", "threads": 2}]}
     one, two = space_candidates(space, wl, "avx2", {})
-    assert (one.text, one.options) == ("onednn", ()) and (two.text, two.options) == (
+    v = ("version", library_info("onednn").version or "not installed")  # the installed library's version
+    assert (one.text, one.options) == ("onednn", (v,)) and (two.text, two.options) == (
         "onednn",
-        (("threads", 2),),
+        (("threads", 2), v),
     )
-    assert two.label() == "onednn (threads=2)" and one.key != two.key
+    assert two.label() == f"onednn {v[1]} (threads=2)" and one.key != two.key
     with pytest.raises(SpaceError, match="needs a name and an option"):
         space_candidates({"baselines": [{"threads": 2}]}, wl, "avx2", {})

@@ -25,6 +25,7 @@ import pandas as pd
 from harness import cachesim, parlooper_model
 from harness.commands import positive_int
 from kernels import loop_strings as lsm
+from kernels.baselines import versioned
 from kernels.candidate import Candidate
 
 # Shapes of the paper's GEMM figures (fp32): Fig 2 [repo] squares with bm = bn = bk = 32.
@@ -59,7 +60,7 @@ def baselines(args: argparse.Namespace) -> list[Candidate]:
     """The library baselines, on as many threads as the loop strings (a 2-thread string vs a 1-thread
     library would flatter the strings)."""
     opts = (("threads", args.threads),) if args.threads > 1 else ()
-    return [Candidate("baseline", b.strip(), opts) for b in args.baselines.split(",") if b.strip()]
+    return [versioned(Candidate("baseline", b.strip(), opts)) for b in args.baselines.split(",") if b.strip()]
 
 
 def parse(argv: list[str]) -> argparse.Namespace:

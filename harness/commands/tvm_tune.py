@@ -26,6 +26,7 @@ from harness.commands import positive_int
 from harness.experiment import Experiment, run_experiment
 from harness.run import TimingConfig
 from kernels import tvm_conv
+from kernels.baselines import versioned
 from kernels.candidate import Candidate, Workload
 from kernels.conv_space import load_layers
 
@@ -111,8 +112,8 @@ def main(argv: list[str]) -> None:
             rec = tuned.record
             print(f"[{EXPERIMENT}] {w.name}: tuned in {rec['tuning_seconds']} s, TVM's best "
                   f"{rec['tvm_best_latency_s']} s: {tuned.path}", file=sys.stderr)  # fmt: skip
-            cands.append(Candidate("baseline", "tvm", (("module", str(tuned.path.resolve())),)))
-        cands += [Candidate("baseline", b) for b in BESIDE]
+            cands.append(versioned(Candidate("baseline", "tvm", (("module", str(tuned.path.resolve())),))))
+        cands += [versioned(Candidate("baseline", b)) for b in BESIDE]
         if not args.retime:
             exp = Experiment(EXPERIMENT, w, cands, timing=timing, results_dir=args.results)
             run_experiment(exp, machine=m)
