@@ -6,7 +6,7 @@ PIP := $(VENV)/bin/pip
 APT_PACKAGES := gcc clang libopenblas-dev libpapi-dev libblis-dev libxsmm-dev libdnnl-dev chromium poppler-utils valgrind
 JOBS ?= 2
 
-.PHONY: setup quick full test lint clean-results restore-measured torch
+.PHONY: setup quick full test test-heavy lint clean-results restore-measured torch
 
 # Idempotent: Debian packages when run as root, a virtual environment, the project (editable) with its
 # dev tools, today's baseline libraries from PyPI at pinned versions (oneDNN 3, OpenBLAS, MKL: extra
@@ -43,6 +43,10 @@ full: setup
 
 test: setup
 	$(VENV)/bin/pytest
+
+# the tests kept out of `make test` for time (CI runs them too)
+test-heavy: setup
+	$(VENV)/bin/pytest -m heavy
 
 lint: setup
 	$(VENV)/bin/ruff check harness kernels reports tests

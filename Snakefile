@@ -103,6 +103,9 @@ rule job:
         name="|".join(JOBS),
     params:
         command=lambda wc: job_command(wc.name),
+    # each job's wall time and memory (Snakemake's benchmark file): where a profile's minutes go
+    benchmark:
+        f"{RESULTS}/benchmarks/{{name}}.tsv"
     # one measurement at a time: timings must not share the machine with another measurement
     resources:
         machine=1,
@@ -117,5 +120,7 @@ rule report:
         f"{RESULTS}/report/index.html",
         f"{RESULTS}/report/provenance.html",
         f"{RESULTS}/report/report.pdf",
+    benchmark:
+        f"{RESULTS}/benchmarks/report.tsv"
     shell:
         "{HARNESS} report --results {RESULTS} --out {RESULTS}/report --pdf"

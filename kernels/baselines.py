@@ -518,6 +518,15 @@ def library_info(name: str) -> LibraryInfo:
 def versioned(candidate: Candidate) -> Candidate:
     """A baseline candidate with the installed library's version among its options, so the version is part
     of its key: a row of another version (an older oneDNN stored under the same name) is never reused."""
+    gemm = candidate.option("gemm")
+    if candidate.kind == "conv_algo" and gemm in BLAS and candidate.option("gemm_version") is None:
+        # im2col + a library's sgemm: the library's version belongs to the candidate's key as well
+        gemm_version = library_info(str(gemm)).version or "not installed"
+        return Candidate(
+            candidate.kind,
+            candidate.text,
+            tuple(sorted({**dict(candidate.options), "gemm_version": gemm_version}.items())),
+        )
     if candidate.kind != "baseline" or candidate.option("version") is not None:
         return candidate
     version = library_info(candidate.text).version or "not installed"

@@ -79,7 +79,7 @@ class Candidate:
     def label(self) -> str:
         """The text (with a library's version: ``onednn 3.2.0``) plus the options that differ from the code
         generator's defaults."""
-        hidden = ("target", "version")
+        hidden = ("target", "version", "gemm_version")  # a library version: shown by the text or not at all
         extra = ",".join(
             f"{k}={v}" for k, v in self.options if k not in hidden and DEFAULT_OPTIONS.get(k) != v
         )

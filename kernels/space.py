@@ -115,6 +115,8 @@ def space_candidates(
 
     ``scheme`` replaces the space's entries (and, unless ``baselines`` is given, its baselines).
     """
+    from kernels.baselines import versioned
+
     entries = [scheme] if scheme else list(space.get("schemes", []))
     variants = [{}] if scheme else list(space.get("variants") or [{}])
     out: dict[str, Candidate] = {}
@@ -125,6 +127,7 @@ def space_candidates(
                 str(entry["text"]),
                 tuple(sorted({**base_options, **(entry.get("options") or {})}.items())),
             )
+            c = versioned(c)  # a library inside the candidate (im2col's gemm) is part of its key too
             out.setdefault(c.key, c)
             continue
         for text, options in entry_schemes(entry, workload, target):

@@ -168,3 +168,12 @@ def test_the_provenance_page_lists_each_library_with_version_source_and_code_pat
         ("onednn", "3.2.0", "pypi", 2), ("openblas", "0.3.21", "debian", 1),
     ]  # fmt: skip
     assert listed[0]["impl"] == "onednn brg:avx512_core" and listed[1]["impl"] == "core Prescott"
+
+
+def test_im2col_on_a_library_gemm_carries_that_librarys_version_in_its_key() -> None:
+    plain = Candidate("conv_algo", "im2col", (("gemm", "openblas"),))
+    today = versioned(plain)
+    assert today.option("gemm_version") == library_info("openblas").version and today.key != plain.key
+    assert today.label() == plain.label() == "im2col (gemm=openblas)"  # the figures find it by its label
+    ours = Candidate("conv_algo", "im2col", (("gemm", "ours"),))
+    assert versioned(ours) is ours

@@ -14,6 +14,9 @@ import pytest
 from harness import archive, permstudy, store
 from tests.test_store import make_row
 
+# tens of seconds: out of `make test`, run by CI with `pytest -m heavy`
+pytestmark = pytest.mark.heavy
+
 ARCHIVES = sorted((Path(__file__).resolve().parent.parent / "reports" / "measured").glob("*.tar.xz"))
 
 

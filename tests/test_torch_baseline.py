@@ -15,6 +15,9 @@ from kernels.baselines import BaselineUnavailable
 from kernels.candidate import Candidate, Workload
 from tests.conftest import run_candidates
 
+# tens of seconds: out of `make test`, run by CI with `pytest -m heavy`
+pytestmark = pytest.mark.heavy
+
 FULL = CheckConfig(full_below=10**9)
 KIND = "baseline"  # the names torch and torch-packed are baselines (kernels.baselines.render_baseline)
 

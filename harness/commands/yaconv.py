@@ -29,6 +29,7 @@ from harness import machine as machine_mod
 from harness.commands import positive_int
 from harness.experiment import Experiment, run_experiment
 from harness.run import TimingConfig
+from kernels.baselines import versioned
 from kernels.candidate import Candidate, Workload
 
 CONF = Path(__file__).resolve().parents[2] / "conf" / "workload"
@@ -130,7 +131,7 @@ def candidates(isa: str, with_ours: bool = True) -> list[Candidate]:
     if with_ours:
         out.append(Candidate("conv_algo", "yaconv", (("target", isa), ("ukr", "ours"))))
         out.append(Candidate("conv_algo", "yaconv", (("shape", "auto"), ("target", isa), ("ukr", "ours"))))
-    out.append(Candidate("conv_algo", "im2col", (("gemm", "blis"),)))
+    out.append(versioned(Candidate("conv_algo", "im2col", (("gemm", "blis"),))))  # BLIS's version in its key
     return out
 
 
