@@ -301,7 +301,9 @@ def test_isa_matmul_tiles_are_sized_for_each_register_file(isa: str) -> None:
 
 
 def test_space_configs_compose() -> None:
-    libs = 4  # openblas, blis, mkl, onednn (unavailable ones become unsupported rows, not errors)
+    # openblas and openblas-0.3.21, blis, mkl, onednn and onednn-2.6, torch (unavailable ones become
+    # unsupported rows, not errors)
+    libs = 7
     every = compose_candidates("space=gemm_family", "workload=gemm_square_512")
     assert len(every) == len(VARIANTS) + libs
     one = compose_candidates("space=gemm_family", "space.gemm_variant=A3C2B0", "workload=gemm_rn50_t02_b1")

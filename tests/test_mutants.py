@@ -436,6 +436,7 @@ def test_mutant_changes_the_output_and_the_checks_catch_it(
         assert o.n_wrong > 1 and o.p_detect > 1 - 1e-9 and o.rate == 1.0
 
 
+@pytest.mark.heavy  # every mutant of the catalogue built and run: 30-60 s per ISA
 @pytest.mark.parametrize("isa", sorted(set(detect().isas) & {"avx2", "avx512"}))
 def test_no_mutant_is_equivalent_on_a_demo_kernel_it_applies_to(isa: str, shared_cache: Path) -> None:
     """The whole catalogue, as `python -m harness.mutants --target ISA` runs it, on each ISA this CPU

@@ -25,6 +25,7 @@ def _tvm(module: Path) -> Candidate:
     return Candidate("baseline", "tvm", (("module", str(module)),))
 
 
+@pytest.mark.heavy  # tunes and builds TVM modules: about 2 minutes
 @pytest.mark.skipif(bool(tvm_conv.unavailable()), reason=str(tvm_conv.unavailable()))
 def test_a_tuned_module_passes_the_check_and_a_wrong_one_fails(tmp_path: Path, shared_cache: Path) -> None:
     # two random schedules (replay-trace, no cost model): the plumbing, not the tuning, is under test
