@@ -7,8 +7,7 @@ scipy-openblas32, MKL pinned in pyproject.toml), Debian 12's under versioned nam
 ``openblas-0.3.21``) beside its BLIS and libxsmm, and the OpenBLAS numpy ships. Every baseline row records
 the library, its exact version and source (:func:`library_info`; the version is in the candidate's key,
 :func:`versioned`). PyTorch is a baseline too (kernels.torch_baseline). oneDNN also serves the conv2d
-operator with its direct
-convolution primitive (:func:`_onednn_conv_source`). One that is not installed raises
+operator with its direct convolution primitive (:func:`_onednn_conv_source`). One that is not installed raises
 :class:`BaselineUnavailable`, which the harness records as an unsupported candidate rather than a
 failure. Prototypes are declared here, so no header needs to be installed (except dnnl.h for the
 convolution's types); the symbols and integer widths were checked with ``nm -D`` and the headers.
