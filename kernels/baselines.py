@@ -148,38 +148,38 @@ def _scipy_openblas32() -> str:
     return os.path.join(where, "lib", "libscipy_openblas.so")
 
 
+def _openblas(
+    name: str, patterns: tuple[str, ...], prefix: str, suffix: str, int_type: str, source: str
+) -> Library:
+    """An OpenBLAS build: builds differ in how they name their symbols (scipy's: ``scipy_`` prefix, and an
+    ILP64 ``64_`` suffix), which the version probe follows too."""
+    return _cblas(
+        name,
+        patterns,
+        f"{prefix}cblas_sgemm{suffix}",
+        int_type,
+        f"{prefix}openblas_set_num_threads{suffix}",
+        library="openblas",
+        source=source,
+        probe=("openblas", prefix, suffix),
+    )
+
+
 BLAS: dict[str, Library] = {
     # today's OpenBLAS: PyPI's scipy-openblas32 (LP64, every symbol prefixed scipy_)
-    "openblas": _cblas(
-        "openblas",
-        (_scipy_openblas32(),),
-        "scipy_cblas_sgemm",
-        "int",
-        "scipy_openblas_set_num_threads",
-        library="openblas",
-        source="pypi",
-        probe=("openblas", "scipy_", ""),
-    ),
+    "openblas": _openblas("openblas", (_scipy_openblas32(),), "scipy_", "", "int", "pypi"),
     # Debian 12's OpenBLAS (0.3.21): it does not know CPUs newer than 2022 and falls back to old cores
-    "openblas-0.3.21": _cblas(
-        "openblas-0.3.21",
-        tuple(f"{d}/libopenblas.so.0" for d in _DEB),
-        "cblas_sgemm",
-        "int",
-        "openblas_set_num_threads",
-        library="openblas",
-        probe=("openblas", "", ""),
+    "openblas-0.3.21": _openblas(
+        "openblas-0.3.21", tuple(f"{d}/libopenblas.so.0" for d in _DEB), "", "", "int", "debian"
     ),
     # the OpenBLAS build numpy itself calls for float32 matmul (ILP64, suffixed symbols)
-    "numpy": _cblas(
+    "numpy": _openblas(
         "numpy",
         (os.path.join(_numpy_libs(), "libscipy_openblas64_*.so"),),
-        "scipy_cblas_sgemm64_",
+        "scipy_",
+        "64_",
         "long long",
-        "scipy_openblas_set_num_threads64_",
-        library="openblas",
-        source="pypi",
-        probe=("openblas", "scipy_", "64_"),
+        "pypi",
     ),
     # PyPI's MKL at the version pinned in pyproject.toml (extra "baselines")
     "mkl": _cblas(
