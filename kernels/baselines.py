@@ -474,6 +474,8 @@ def _render_tvm_conv(candidate: Candidate, workload: Workload, threads: int) -> 
 CONV_ONLY = ("onednn-blocked", "onednn-2.6-blocked", "tvm", "torch-packed")
 #: PyTorch (kernels.torch_baseline): torch.mm on matmul, conv2d on channels_last tensors.
 FRAMEWORKS = ("torch",)
+#: The baselines kernels.torch_baseline renders.
+TORCH = ("torch", "torch-packed")
 #: Every name a baseline candidate may have.
 BASELINE_NAMES = (*sorted(BLAS), *FRAMEWORKS, *CONV_ONLY)
 #: oneDNN's convolution baselines -> (library of BLAS, in oneDNN's own activation layouts)
@@ -487,13 +489,18 @@ def check_name(name: str) -> None:
         raise ValueError(f"unknown baseline {name!r}; known: {', '.join(BASELINE_NAMES)}")
 
 
-@functools.cache
 def library_info(name: str) -> LibraryInfo:
     """Library, exact version (None: not installed here), source and code path of baseline ``name``."""
     check_name(name)
-    if name in _ONEDNN_CONV:
-        name = _ONEDNN_CONV[name][0]
-    if name in ("torch", "torch-packed"):
+    # a library's other layouts are the same library: one probe each
+    return _library_info(
+        _ONEDNN_CONV[name][0] if name in _ONEDNN_CONV else "torch" if name in TORCH else name
+    )
+
+
+@functools.cache
+def _library_info(name: str) -> LibraryInfo:
+    if name == "torch":
         from kernels import torch_baseline
 
         return LibraryInfo("torch", torch_baseline.version(), "pypi", "")
@@ -508,7 +515,7 @@ def library_info(name: str) -> LibraryInfo:
     if name == "libxsmm":  # a static archive: its version is in its header
         header = "/usr/include/libxsmm_version.h"
         return LibraryInfo(library, versions.header_version(header, "LIBXSMM_CONFIG_VERSION"), lib.source)
-    found = dict(versions.cached_probe(lib.probe[0], path, *lib.probe[1:]))
+    found = versions.probe(lib.probe[0], path, *lib.probe[1:])
     if "error" in found:
         return LibraryInfo(library, None, lib.source, found["error"])
     return LibraryInfo(library, found["version"], lib.source, found.get("impl", ""))
@@ -542,10 +549,11 @@ def render_baseline(candidate: Candidate, workload: Workload) -> KernelSource:
     if threads < 1:
         raise ValueError(f"baseline {name}: threads must be >= 1, got {threads}")
     if name in _ONEDNN_CONV and workload.op.name == "conv2d":
-        return _render_onednn_conv(workload, *_ONEDNN_CONV[name][:1], threads, blocked=_ONEDNN_CONV[name][1])
+        library, blocked = _ONEDNN_CONV[name]
+        return _render_onednn_conv(workload, library, threads, blocked)
     if name == "tvm" and workload.op.name == "conv2d":
         return _render_tvm_conv(candidate, workload, threads)
-    if name in ("torch", "torch-packed"):
+    if name in TORCH:
         from kernels import torch_baseline
 
         return torch_baseline.render_candidate(candidate, workload)

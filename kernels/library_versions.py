@@ -16,7 +16,6 @@ for today's oneDNN.
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import re
@@ -160,12 +159,6 @@ def package_version(dist: str) -> str | None:
         return metadata.version(dist)
     except metadata.PackageNotFoundError:
         return None
-
-
-@functools.cache
-def cached_probe(family: str, path: str, *args: str) -> tuple[tuple[str, str], ...]:
-    """One probe per library file and process (a sweep asks for every baseline of every workload)."""
-    return tuple(sorted(probe(family, path, *args).items()))
 
 
 # -- rows stored before library versions were recorded ----------------------------------------------------

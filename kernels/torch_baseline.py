@@ -30,7 +30,7 @@ from pathlib import Path
 from kernels import baselines  # module, not names: kernels.baselines may import this module in turn
 from kernels.candidate import Candidate, KernelSource, Workload
 
-NAMES = ("torch", "torch-packed")
+NAMES = baselines.TORCH
 _LIBS = ("libc10.so", "libtorch_cpu.so", "libtorch.so")  # libtorch_cpu holds ATen and the mkldnn:: ops
 
 

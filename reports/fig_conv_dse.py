@@ -260,7 +260,7 @@ def best_vs_onednn(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
         # the oneDNN the verdict is against: today's (3.x) where measured, else the one these rows have
         # (Debian's 2.6.3 in archives from before 3.x was a baseline); the others are bars beside it
         lib_cols = {col: libs[libs["candidate_text"].isin(names)] for col, names in LIBRARY_BARS.items()}
-        versus = "onednn" if len(compared_onednn(libs)) and len(lib_cols["onednn"]) else "onednn-2.6"
+        versus = _versus(libs)
         rows = []
         per_layer = {layer: _first_run(runs, layer) for layer in _layers(schemes)}
         # "best of 100" needs 100 draws; a smaller run (the quick profile's 50) shows the best of what
@@ -426,11 +426,15 @@ LIBRARY_BARS: dict[str, tuple[str, ...]] = {
 LIBRARY_COLORS = {"onednn": "#c53030", "onednn-2.6": "#feb2b2", "torch": "#805ad5"}
 
 
+def _versus(libs: pd.DataFrame) -> str:
+    """The oneDNN a verdict is against (a key of LIBRARY_BARS): today's (3.x) where measured, else Debian's
+    2.6 (the archives from before 3.x was a baseline); never the two pooled."""
+    return "onednn" if libs["candidate_text"].isin(LIBRARY_BARS["onednn"]).any() else "onednn-2.6"
+
+
 def compared_onednn(libs: pd.DataFrame) -> pd.DataFrame:
-    """The oneDNN rows a verdict is against: today's (3.x) where measured, else Debian's 2.6 (the archives
-    from before 3.x was a baseline); never the two pooled, and no other library."""
-    today = libs[libs["candidate_text"].isin(LIBRARY_BARS["onednn"])]
-    return today if len(today) else libs[libs["candidate_text"].isin(LIBRARY_BARS["onednn-2.6"])]
+    """The rows of the oneDNN a verdict is against (:func:`_versus`), no other library."""
+    return libs[libs["candidate_text"].isin(LIBRARY_BARS[_versus(libs)])]
 
 
 def _best_pct(lib_rows: pd.DataFrame, layer: str) -> float:

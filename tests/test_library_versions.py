@@ -78,12 +78,12 @@ def test_a_library_not_installed_is_versioned_as_such(
 ) -> None:
     gone = dataclasses.replace(BLAS["mkl"], patterns=(str(tmp_path / "libmkl_rt.so*"),))
     monkeypatch.setitem(baselines.BLAS, "mkl", gone)
-    baselines.library_info.cache_clear()
+    baselines._library_info.cache_clear()
     try:
         assert library_info("mkl").version is None
         assert versioned(Candidate("baseline", "mkl")).option("version") == "not installed"
     finally:
-        baselines.library_info.cache_clear()
+        baselines._library_info.cache_clear()
 
 
 def test_measured_rows_carry_library_version_and_source(tmp_path: Path, shared_cache: Path) -> None:
