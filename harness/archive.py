@@ -81,11 +81,14 @@ def unpack(archive: Path, results_dir: Path) -> int:
             raise ArchiveError(f"{archive}: members outside {'/'.join(TOP_LEVEL)}: {stray[:3]}")
         tar.extractall(tmp, filter="data")
         n = 0
-        for path in sorted(Path(tmp).glob("rows/**/*.parquet")):
+        paths = sorted(Path(tmp).glob("rows/**/*.parquet"))
+        if paths:
+            # one table for all (an older archive holds a file per row, each with the columns of its day)
+            rows = pa.concat_tables([pq.read_table(p) for p in paths], promote_options="default")
             try:
-                n += store.add_rows(results_dir, pq.read_table(path).to_pylist())
+                n = store.add_table(results_dir, rows)
             except (ValueError, TypeError, KeyError) as exc:
-                raise ArchiveError(f"{archive}: {path.relative_to(tmp)} {exc}") from exc
+                raise ArchiveError(f"{archive}: {exc}") from exc
         for f in sorted(p for top in TOP_LEVEL[1:] for p in (Path(tmp) / top).rglob("*") if p.is_file()):
             dest = results_dir / f.relative_to(tmp)
             dest.parent.mkdir(parents=True, exist_ok=True)

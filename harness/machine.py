@@ -59,6 +59,28 @@ def _isa_entry(isa: str) -> tuple[int, int]:
         raise ValueError(f"unknown ISA {isa!r}; known: {', '.join(_ISA_TABLE)}") from None
 
 
+#: (vendor, cpu family, model) -> microarchitecture: a VM's CPU name often hides it ("AMD EPYC",
+#: "Intel(R) Xeon(R) Processor"), and results differ by it (Zen 4 double-pumps AVX-512, Zen 5 does not)
+MICROARCHITECTURES: dict[tuple[str, int, int], str] = {
+    ("AuthenticAMD", 23, 49): "Zen 2",
+    ("AuthenticAMD", 25, 1): "Zen 3",
+    ("AuthenticAMD", 25, 17): "Zen 4",
+    ("AuthenticAMD", 25, 160): "Zen 4c",
+    ("AuthenticAMD", 26, 2): "Zen 5",
+    ("AuthenticAMD", 26, 17): "Zen 5c",
+    ("GenuineIntel", 6, 85): "Skylake-SP / Cascade Lake",
+    ("GenuineIntel", 6, 106): "Ice Lake-SP",
+    ("GenuineIntel", 6, 143): "Sapphire Rapids",
+    ("GenuineIntel", 6, 207): "Emerald Rapids",
+    ("GenuineIntel", 6, 173): "Granite Rapids",
+}
+
+
+def microarchitecture(vendor: str, family: int, model: int) -> str | None:
+    """The microarchitecture of a CPU identification (None when the table does not know it)."""
+    return MICROARCHITECTURES.get((str(vendor), int(family), int(model)))
+
+
 @dataclass(frozen=True)
 class Cache:
     level: int

@@ -11,20 +11,17 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import re
 import shutil
 from pathlib import Path
 from typing import Any
 
-import matplotlib
 import pandas as pd
-import seaborn as sns
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
-from matplotlib.lines import Line2D
 
-from harness import analysis, provenance, store
+from harness import analysis, experiment_figure, provenance, store, verdict_matrix
+from harness.machine import microarchitecture
 from reports.figures import CLAIMS, PaperFigure, paper_figures
 
 TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "reports" / "templates"
@@ -74,40 +71,45 @@ def render_report(
     fig_dir = out_dir / "figures"
     fig_dir.mkdir(parents=True, exist_ok=True)
     summary = analysis.summarize(df)
-    reps = analysis.repetitions(df)
     names = _display_labels(summary)
     if not summary.empty:
         summary["display"] = [
             names[(e, k)] for e, k in zip(summary["experiment"], summary["candidate_key"], strict=True)
-        ]
-    if not reps.empty:
-        reps["display"] = [
-            names[(e, k)] for e, k in zip(reps["experiment"], reps["candidate_key"], strict=True)
         ]
 
     experiments = []
     for exp in sorted(df["experiment"].dropna().unique()) if not df.empty else []:
         exp_rows = df[df["experiment"] == exp]
         exp_summary = summary[summary["experiment"] == exp]
+        ok = exp_summary["status"] == "ok"
+        marked = experiment_figure.mark_shown(exp_summary[ok]) if ok.any() else exp_summary[ok]
         figures = []
         for fp in sorted(exp_rows["machine_fingerprint"].unique()):
-            fig_reps = reps[(reps["experiment"] == exp) & (reps["machine_fingerprint"] == fp)]
-            if not fig_reps.empty:
-                figures.append(_figure(fig_reps, fig_dir, exp, fp))
+            units = marked[marked["machine_fingerprint"] == fp]
+            if not units.empty:
+                # the repetitions of the named units only: those of 23 000 candidates would be a million lines
+                named = units[units["shown"]]
+                part = exp_rows[exp_rows["machine_fingerprint"] == fp]
+                part = part[part["candidate_key"].isin(named["candidate_key"])]
+                reps = analysis.repetitions(part, named)
+                reps["display"] = [names[(exp, k)] for k in reps["candidate_key"]]
+                figures.append(experiment_figure.plot(reps, units, fig_dir, exp, fp))
+        failed = exp_summary[~ok].sort_values(["machine_fingerprint", "workload", "display"])
+        sources = _sources(exp_rows, names)
         experiments.append(
             {
                 "name": exp,
                 "anchor": f"exp-{_slug(exp, 80)}",
                 "counts": unit_counts(exp_summary),
                 "figures": figures,
-                "machines": _summary_by_machine(exp_summary),
-                "failed": _records(
-                    exp_summary[exp_summary["status"] != "ok"].sort_values(
-                        ["machine_fingerprint", "workload", "display"]
-                    )
-                ),
+                "machines": _summary_by_machine(exp_summary, marked, fig_dir),
+                "failed": _records(failed.head(LISTED)),
+                "n_failed": len(failed),
+                "failed_csv": _table_csv(failed, fig_dir, exp, "failed"),
                 "provenance": _provenance(exp_rows),
-                "sources": _sources(exp_rows, names),
+                "sources": _records(sources.head(LISTED)),
+                "n_sources": len(sources),
+                "sources_csv": _table_csv(sources, fig_dir, exp, "sources"),
             }
         )
 
@@ -124,7 +126,10 @@ def render_report(
     env.filters["short"] = lambda s, n=12: "" if s is None else str(s)[:n]
     builder_errors: list[tuple[str, str]] = []
     figures = sorted(
-        (complete_figure(f, summary) for f in paper_figures(summary, fig_dir, builder_errors, results_dir)),
+        (
+            complete_figure(f, summary)
+            for f in paper_figures(summary, fig_dir, builder_errors, results_dir, REPORT_WORKERS)
+        ),
         key=lambda f: (f.paper, f.name, f.cpu_model, f.machine),
     )
     # (anchor, figure): the verdict table links to each figure's section
@@ -136,6 +141,9 @@ def render_report(
         experiments=experiments,
         paper_figures=anchored,
         verdicts=_verdict_counts(figures),
+        matrix=verdict_matrix.plot(
+            figures, fig_dir, {m["fingerprint"]: m["microarchitecture"] for m in machines}
+        ),
         builder_errors=builder_errors,
     )
     prov = env.get_template("provenance.html.j2").render(
@@ -159,6 +167,10 @@ def render_report(
 # -- paper figures -------------------------------------------------------------------------------------
 
 UNAVAILABLE = ("unsupported",)
+#: processes drawing the paper figures (a minute of drawing for the report of every archive)
+REPORT_WORKERS = max(1, min(2, os.cpu_count() or 1))
+#: lines of a long table on the page (failed units, generated sources); all of them are in its CSV
+LISTED = 100
 
 
 def figure_experiments(fig: PaperFigure, summary: pd.DataFrame) -> list[str]:
@@ -214,107 +226,6 @@ def _slug(text: str, n: int = 40) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", str(text)).strip("_.")[:n] or "x"
 
 
-def _figure(reps: pd.DataFrame, fig_dir: Path, experiment: str, fingerprint: str) -> dict[str, str]:
-    """One PNG per (experiment, machine): facets per workload x timing mode, a dot per repetition + median."""
-    tag = hashlib.sha256(f"{experiment}\0{fingerprint}".encode()).hexdigest()[:8]
-    stem = f"{_slug(experiment)}-{_slug(fingerprint, 12)}-{tag}"
-    workloads = sorted(reps["workload"].unique())
-    modes = sorted(reps["timing_mode"].unique())
-    kinds = sorted(reps["candidate_kind"].dropna().unique())
-    palette = dict(zip(kinds, sns.color_palette("deep", len(kinds)), strict=True))
-    n_labels = [max(reps.loc[reps["workload"] == w, "display"].nunique(), 1) for w in workloads]
-    xmax = max(105.0, float(reps["pct_peak"].max()) * 1.05) if reps["pct_peak"].notna().any() else 105.0
-    cpu = reps["cpu_model"].dropna().iloc[0] if reps["cpu_model"].notna().any() else "unknown CPU"
-    # The y labels are whole schemes (a conv scheme runs to 150+ characters): a fixed width left the axes
-    # no room, and constrained layout gave up and cut the labels off.
-    label_inches = max(4.5, 0.07 * int(reps["display"].astype(str).str.len().max()))
-
-    with matplotlib.rc_context({"text.parse_math": False}), sns.axes_style("whitegrid"):
-        fig = Figure(
-            figsize=(4.2 * len(modes) + label_inches, sum(0.32 * n + 1.1 for n in n_labels) + 0.8),
-            layout="constrained",
-        )
-        FigureCanvasAgg(fig)
-        axes = fig.subplots(
-            len(workloads),
-            len(modes),
-            squeeze=False,
-            gridspec_kw={"height_ratios": [0.32 * n + 1.1 for n in n_labels]},
-        )
-        for i, workload in enumerate(workloads):
-            for j, mode in enumerate(modes):
-                ax = axes[i][j]
-                facet = reps[(reps["workload"] == workload) & (reps["timing_mode"] == mode)]
-                ax.set_title(f"{workload} · {mode} cache", fontsize=10)
-                ax.set_xlim(0, xmax)
-                ax.axvline(100.0, color="0.4", linestyle="--", linewidth=1)
-                ax.set_xlabel("% of calibrated peak" if i == len(workloads) - 1 else "")
-                ax.set_ylabel("")
-                if facet.empty:
-                    ax.text(0.5, 0.5, "no ok candidate", ha="center", va="center", transform=ax.transAxes)
-                    ax.set_yticks([])
-                    continue
-                order = (
-                    facet.groupby("display")["pct_peak"].median().sort_values(ascending=False).index.tolist()
-                )
-                sns.stripplot(
-                    data=facet,
-                    x="pct_peak",
-                    y="display",
-                    order=order,
-                    hue="candidate_kind",
-                    hue_order=kinds,
-                    palette=palette,
-                    size=3.5,
-                    alpha=0.55,
-                    jitter=0.25,
-                    legend=False,
-                    ax=ax,
-                )
-                sns.pointplot(
-                    data=facet,
-                    x="pct_peak",
-                    y="display",
-                    order=order,
-                    estimator="median",
-                    errorbar=None,
-                    color="black",
-                    marker="D",
-                    markersize=5,
-                    linestyle="none",
-                    ax=ax,
-                )
-                ax.set_ylabel("")
-                ax.set_xlabel("% of calibrated peak" if i == len(workloads) - 1 else "")
-                ax.tick_params(axis="y", labelsize=8)
-        handles = [
-            Line2D(
-                [],
-                [],
-                marker="o",
-                linestyle="none",
-                color=palette[k],
-                alpha=0.7,
-                label=f"{k}: one timed repetition",
-            )
-            for k in kinds
-        ]
-        handles.append(Line2D([], [], marker="D", linestyle="none", color="black", label="median"))
-        fig.legend(handles=handles, loc="outside lower center", ncols=len(handles), fontsize=8, frameon=False)
-        fig.suptitle(f"{experiment} — {cpu} ({fingerprint[:12]})", fontsize=11)
-        png = fig_dir / f"{stem}.png"
-        fig.savefig(png, dpi=110)
-
-    csv = fig_dir / f"{stem}.csv"
-    reps.drop(columns=["display"]).assign(display_label=reps["display"]).to_csv(csv, index=False)
-    return {
-        "png": f"figures/{png.name}",
-        "csv": f"figures/{csv.name}",
-        "machine_fingerprint": fingerprint,
-        "cpu_model": str(cpu),
-    }
-
-
 # -- tables --------------------------------------------------------------------------------------------
 
 
@@ -326,16 +237,17 @@ def _display_labels(summary: pd.DataFrame) -> dict[tuple[str, str], str]:
     cands = summary.drop_duplicates(["experiment", "candidate_key"])[
         ["experiment", "candidate_key", "label", "target"]
     ].copy()
-    cands["label"] = cands["label"].fillna(cands["candidate_key"]).astype(str)
-    for _, group in cands.groupby(["experiment", "label"]):
-        multi = len(group) > 1
-        with_target = group["label"] + " [" + group["target"].fillna("?").astype(str) + "]"
-        still_multi = with_target.duplicated(keep=False)
-        for (_, row), wt, dup in zip(group.iterrows(), with_target, still_multi, strict=True):
-            name = row["label"]
-            if multi:
-                name = f"{wt} #{row['candidate_key'][:6]}" if dup else wt
-            names[(row["experiment"], row["candidate_key"])] = name
+    label = cands["label"].fillna(cands["candidate_key"]).astype(str)
+    with_target = label + " [" + cands["target"].fillna("?").astype(str) + "]"
+    multi = pd.Series(list(zip(cands["experiment"], label, strict=True))).duplicated(keep=False).to_numpy()
+    still = (
+        pd.Series(list(zip(cands["experiment"], with_target, strict=True))).duplicated(keep=False).to_numpy()
+    )
+    keys = cands["candidate_key"].astype(str)
+    for exp, key, lab, wt, m, s in zip(
+        cands["experiment"], keys, label, with_target, multi, still, strict=True
+    ):
+        names[(exp, key)] = (f"{wt} #{key[:6]}" if s else wt) if m else lab
     return names
 
 
@@ -343,17 +255,36 @@ def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
     return [{k: (None if _isna(v) else v) for k, v in rec.items()} for rec in frame.to_dict("records")]
 
 
-def _summary_by_machine(summary: pd.DataFrame) -> list[dict[str, Any]]:
-    """Summary lines split per machine, so no table ratio compares two CPUs."""
+def _table_csv(frame: pd.DataFrame, fig_dir: Path, experiment: str, what: str) -> str:
+    """Write ``frame`` as the CSV of one of an experiment's tables; its path relative to the report."""
+    tag = hashlib.sha256(f"{experiment}\0{what}".encode()).hexdigest()[:8]
+    path = fig_dir / f"{_slug(experiment)}-{what}-{tag}.csv"
+    frame.drop(columns=["round_medians_ns", "round_times"], errors="ignore").to_csv(path, index=False)
+    return f"{fig_dir.name}/{path.name}"
+
+
+def _summary_by_machine(summary: pd.DataFrame, marked: pd.DataFrame, fig_dir: Path) -> list[dict[str, Any]]:
+    """Summary lines split per machine, so no table ratio compares two CPUs. A table names the units the
+    figure names (baselines and the best candidates of each facet, :func:`experiment_figure.mark_shown`)
+    and the first :data:`LISTED` failed ones; every line is in its CSV."""
     out = []
+    order = ["workload", "timing_mode", "pct_peak_median", "display"]
     for fp, part in summary.groupby("machine_fingerprint", sort=True):
-        part = part.sort_values(
-            ["workload", "timing_mode", "pct_peak_median", "display"],
-            ascending=[True, True, False, True],
-            na_position="last",
+        part = part.sort_values(order, ascending=[True, True, False, True], na_position="last")
+        named = marked[(marked["machine_fingerprint"] == fp) & marked["shown"]]
+        listed = pd.concat([named, part[part["status"] != "ok"].head(LISTED)]).sort_values(
+            order, ascending=[True, True, False, True], na_position="last"
         )
         cpu = part["cpu_model"].dropna()
-        out.append({"fingerprint": fp, "cpu_model": cpu.iloc[0] if len(cpu) else "", "rows": _records(part)})
+        out.append(
+            {
+                "fingerprint": fp,
+                "cpu_model": cpu.iloc[0] if len(cpu) else "",
+                "rows": _records(listed.drop(columns="shown", errors="ignore")),
+                "n_units": len(part),
+                "csv": _table_csv(part, fig_dir, f"{part['experiment'].iloc[0]}-{fp}", "summary"),
+            }
+        )
     return out
 
 
@@ -378,7 +309,7 @@ def _provenance(rows: pd.DataFrame) -> list[dict[str, Any]]:
     return _records(grouped)
 
 
-def _sources(rows: pd.DataFrame, names: dict[tuple[str, str], str]) -> list[dict[str, Any]]:
+def _sources(rows: pd.DataFrame, names: dict[tuple[str, str], str]) -> pd.DataFrame:
     """Which generated source (hash) each candidate used on each workload."""
     src = rows[
         ["experiment", "candidate_key", "workload", "target", "source_hash", "status"]
@@ -386,7 +317,7 @@ def _sources(rows: pd.DataFrame, names: dict[tuple[str, str], str]) -> list[dict
     src = src.assign(
         display=[names.get((e, k), k) for e, k in zip(src["experiment"], src["candidate_key"], strict=True)]
     )
-    return _records(src.sort_values(["display", "workload"]))
+    return src.sort_values(["display", "workload"])
 
 
 # -- machines ------------------------------------------------------------------------------------------
@@ -434,15 +365,23 @@ def _cache_lines(info: dict[str, Any]) -> list[tuple[str, str]]:
 
 def _machines(df: pd.DataFrame) -> list[dict[str, Any]]:
     """One entry per machine fingerprint: CPU, ISA, calibrated peaks per ISA, caches, all details."""
-    out = []
+    out: list[dict[str, Any]] = []
     if df.empty:
         return out
-    for fp, rows in df.groupby("machine_fingerprint", sort=True):
-        raw = rows["machine"].dropna()
+    fp = "machine_fingerprint"
+    # a few columns at a time: a copy of every row per machine was 300 MB for every archive's report
+    first = df.dropna(subset=["machine"]).drop_duplicates(fp).set_index(fp)["machine"]
+    cpus = df.dropna(subset=["cpu_model"]).drop_duplicates(fp).set_index(fp)["cpu_model"]
+    # library calls ("any") are measured against the best ISA's peak: list each ISA's peak once
+    isa_rows = df.loc[df["target"] != "any", [fp, "target", "peak_gflops"]].dropna(subset=["peak_gflops"])
+    peaks = isa_rows.groupby([fp, "target"])["peak_gflops"].median()
+    targets = df[[fp, "target"]].dropna().drop_duplicates()
+    experiments = df[[fp, "experiment"]].drop_duplicates()
+    for name in sorted(df[fp].dropna().unique()):
         try:
-            info = json.loads(raw.iloc[0]) if len(raw) else {}
+            info = json.loads(first[name]) if name in first.index else {}
         except json.JSONDecodeError:
-            info = {"machine": raw.iloc[0]}
+            info = {"machine": first[name]}
         if not isinstance(info, dict):
             info = {"machine": info}
         flat = _flatten(info)
@@ -450,21 +389,21 @@ def _machines(df: pd.DataFrame) -> list[dict[str, Any]]:
         if isinstance(isa, list):
             isa = ", ".join(map(str, isa))
         if not isa:
-            isa = ", ".join(sorted(t for t in rows["target"].dropna().unique() if t != "any"))
-        # library calls ("any") are measured against the best ISA's peak: list each ISA's peak once
-        isa_rows = rows[rows["target"] != "any"].dropna(subset=["peak_gflops"])
-        peaks = isa_rows.groupby("target")["peak_gflops"].median().sort_index().items()
+            isa = ", ".join(sorted(t for t in targets.loc[targets[fp] == name, "target"] if t != "any"))
         caches = _cache_lines(info) or [(k, _bytes_text(v)) for k, v in flat if _CACHE_KEY.search(k)]
-        cpu = rows["cpu_model"].dropna()
+        known = all(k in info for k in ("vendor", "family", "model"))
         out.append(
             {
-                "fingerprint": fp,
-                "cpu_model": cpu.iloc[0] if len(cpu) else "",
+                "fingerprint": name,
+                "cpu_model": cpus.get(name, ""),
+                "microarchitecture": microarchitecture(info["vendor"], info["family"], info["model"])
+                if known
+                else None,
                 "isa": isa or "",
-                "peaks": [(t, p) for t, p in peaks],
+                "peaks": sorted(peaks[name].items()) if name in peaks.index.get_level_values(0) else [],
                 "caches": caches,
                 "details": [(k, "" if v is None else str(v)) for k, v in flat],
-                "experiments": sorted(rows["experiment"].unique()),
+                "experiments": sorted(experiments.loc[experiments[fp] == name, "experiment"]),
             }
         )
     return out

@@ -339,3 +339,56 @@ def test_added_rows_replace_stored_ones_and_a_bad_row_is_named(tmp_path: Path) -
             tmp_path, [make_row(candidate_key="k2"), make_row(candidate_key="k3", status="exploded")]
         )
     assert len(store.load(tmp_path)) == 2  # nothing of the refused batch stored
+
+
+def _table(rows: list[dict[str, Any]]) -> pa.Table:
+    return pa.concat_tables([store.validate_row(r) for r in rows])
+
+
+def test_a_table_validates_as_its_rows_do() -> None:
+    rows = [make_row(candidate_key=f"k{i}") for i in range(3)]
+    assert store.validate_table(_table(rows)).equals(_table(rows))
+    old = _table(rows).drop_columns(list(store.OPTIONAL_COLUMNS))  # rows of an older schema
+    assert store.validate_table(old).column("library").null_count == 3
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        ({"status": "exploded"}, r"row 1: column status"),
+        ({"status": "wrong"}, r"row 1: status not ok: timing column counters"),
+        ({"n_reps": 3}, r"row 1: n_reps differs"),
+        ({"sizes": "{not json"}, r"row 1: column sizes: not valid JSON"),
+        ({"timing_mode": None}, r"row 1: columns must not be null: timing_mode"),
+        ({"experiment": "../escape"}, r"not a safe file name"),
+    ],
+)
+def test_a_bad_row_of_a_table_is_named(bad: dict[str, Any], message: str) -> None:
+    good = store.validate_row(make_row(candidate_key="k0"))
+    # built column by column: validate_row would refuse the bad row itself
+    bad_row = good.to_pylist()[0] | {"candidate_key": "k1", **bad}
+    table = pa.concat_tables([good, pa.Table.from_pylist([bad_row], schema=store.SCHEMA)])
+    with pytest.raises(ValueError, match=message):
+        store.validate_table(table)
+
+
+def test_a_table_with_unknown_or_missing_columns_is_refused() -> None:
+    table = _table([make_row()])
+    with pytest.raises(ValueError, match="unknown columns: colour"):
+        store.validate_table(table.append_column("colour", pa.array(["red"])))
+    with pytest.raises(ValueError, match="missing columns: workload"):
+        store.validate_table(table.drop_columns(["workload"]))
+    with pytest.raises(ValueError, match="column flops: cannot store"):
+        store.validate_table(table.set_column(10, "flops", pa.array(["many"])))
+
+
+def test_an_added_table_replaces_stored_rows(tmp_path: Path) -> None:
+    store.write_row(tmp_path, make_row(candidate_key="k0", times_ns=[9.0, 9.5]))
+    rows = [
+        make_row(candidate_key="k0", times_ns=[1.0, 2.0]),
+        make_row(candidate_key="k1", experiment="exp2"),
+    ]
+    assert store.add_table(tmp_path, _table(rows)) == 2
+    assert store.row_files(tmp_path) == []
+    df = store.load(tmp_path)
+    assert sorted(df["experiment"]) == ["exp1", "exp2"] and df["min_ns"].min() == 1.0

@@ -1,0 +1,94 @@
+"""Archives of measurements (reports/measured/*.tar.xz): what is packed comes back, in either layout."""
+
+from __future__ import annotations
+
+import json
+import tarfile
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from harness import archive, store
+from tests.test_store import make_row
+
+
+def _stored(results: Path, n: int, experiment: str = "exp1") -> None:
+    for i in range(n):
+        store.write_row(results, make_row(candidate_key=f"k{i}", experiment=experiment), sync=False)
+
+
+def test_an_archive_of_single_row_files_restores(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    _stored(src, 3)
+    old = tmp_path / "old.tar.xz"
+    with tarfile.open(old, "w:xz") as tar:  # the older layout: rows/<experiment>/<row id>.parquet
+        tar.add(src / "rows", arcname="rows")
+    assert archive.unpack(old, tmp_path / "dst") == 3
+    assert sorted(store.load(tmp_path / "dst")["candidate_key"]) == ["k0", "k1", "k2"]
+
+
+def test_pack_then_unpack_gives_the_same_rows_in_the_store(tmp_path: Path) -> None:
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    # a TVM module measured by exp_a: its tuning record travels with exp_a's rows, not the module itself;
+    # the record of a module no packed row measured stays behind
+    tvm = json.dumps({"module": str(src / "tvm" / "m.so")})
+    written = [store.write_row(src, make_row(experiment=e, candidate_key=f"k{i}",
+                                             **({"candidate_options": tvm} if i == 2 else {})))
+               for e in ("exp_a", "exp_b") for i in range(3)]  # fmt: skip
+    (src / "permutations" / "sim").mkdir(parents=True)
+    (src / "permutations" / "sim" / "x.parquet").write_bytes(b"not read here")
+    (src / "tvm" / "m.tuning").mkdir(parents=True)
+    for f, data in (("m.json", b'{"trials": 2}'), ("m.so", b"ELF"), ("m.tuning/db.json", b"[]"),
+                    ("other.json", b"{}")):  # fmt: skip
+        (src / "tvm" / f).write_bytes(data)
+    out = tmp_path / "a.tar.xz"
+    assert archive.pack(src, out, ["exp_a"]) == 3
+    with tarfile.open(out) as tar:  # one table per experiment, not a file per row
+        assert sorted(tar.getnames()) == ["permutations", "permutations/sim", "permutations/sim/x.parquet",
+                                          "rows", "rows/exp_a.parquet", "tvm/m.json"]  # fmt: skip
+    store.write_row(dst, make_row(experiment="exp_a", candidate_key="k0", times_ns=[9e9]))  # to be replaced
+    assert archive.unpack(out, dst) == 3
+    assert store.row_files(dst) == []  # all three in exp_a's compacted table, the older k0 file replaced
+    for path in written[:3]:
+        assert store.has_row(dst, "exp_a", path.stem)
+        assert store.read_row(dst, "exp_a", path.stem) == store.read_row(src, "exp_a", path.stem)
+    a, b = store.load(src, "exp_a"), store.load(dst, "exp_a")
+    key = "candidate_key"
+    assert (
+        a.sort_values(key)
+        .drop(columns="times_ns")
+        .reset_index(drop=True)
+        .equals(b.sort_values(key).drop(columns="times_ns").reset_index(drop=True))
+    )
+    assert (dst / "permutations" / "sim" / "x.parquet").read_bytes() == b"not read here"
+    assert [p.name for p in (dst / "tvm").iterdir()] == ["m.json"]
+    assert (dst / "tvm" / "m.json").read_bytes() == b'{"trials": 2}'
+
+
+def test_unpack_refuses_strays_and_rows_that_fail_the_schema(tmp_path: Path) -> None:
+    stray = tmp_path / "stray.tar.xz"
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc" / "passwd").write_text("x")
+    with tarfile.open(stray, "w:xz") as tar:
+        tar.add(tmp_path / "etc", arcname="etc")
+    with pytest.raises(archive.ArchiveError, match="outside rows/permutations"):
+        archive.unpack(stray, tmp_path / "out")
+    src = tmp_path / "src"
+    store.write_row(src, make_row())
+    out = tmp_path / "a.tar.xz"
+    archive.pack(src, out)
+    import pyarrow as pa
+
+    with tarfile.open(out) as tar:
+        tar.extractall(tmp_path / "x", filter="data")
+    (table_path,) = (tmp_path / "x" / "rows").glob("*.parquet")
+    table = pq.read_table(table_path)
+    bad = table.set_column(table.schema.get_field_index("status"), "status", pa.array(["exploded"]))
+    pq.write_table(bad, table_path)
+    with tarfile.open(out, "w:xz") as tar:
+        tar.add(tmp_path / "x" / "rows", arcname="rows")
+    with pytest.raises(archive.ArchiveError, match="row 0"):
+        archive.unpack(out, tmp_path / "out2")
+    with pytest.raises(archive.ArchiveError, match="no rows of experiment"):
+        archive.pack(src, tmp_path / "b.tar.xz", ["nope"])
