@@ -52,8 +52,8 @@ test-heavy: setup
 	$(VENV)/bin/pytest -m heavy
 
 lint: setup
-	$(VENV)/bin/ruff check harness kernels reports tests
-	$(VENV)/bin/ruff format --check harness kernels reports tests
+	$(VENV)/bin/ruff check harness kernels reports studies tests
+	$(VENV)/bin/ruff format --check harness kernels reports studies tests
 
 clean-results:
 	rm -rf results/rows results/report results/done

@@ -1,4 +1,4 @@
-"""Statistics over stored rows: per-candidate summaries with bootstrap CIs, failure counts, repetitions.
+"""Statistics over stored rows: per-candidate summaries with median CIs, failure counts, repetitions.
 
 Why here and not in the report: the same numbers feed tables, figures and tests, and the rule "a wrong or
 failed candidate never gets a performance number" must hold in one place.

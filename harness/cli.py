@@ -8,8 +8,9 @@
     harness export --pyperf results/timings.json --csv results/csv
     harness microkernels [--quick]
 
-Studies add their own commands as plug-ins: a module ``harness/commands/<name>.py`` with
-``main(argv: list[str]) -> None`` is ``harness <name> ...`` (it takes ``--results DIR`` like the others).
+Studies add their own commands as plug-ins: a module ``studies/<study>/commands/<name>.py`` (or, for a
+study not yet in studies/, ``harness/commands/<name>.py``) with ``main(argv: list[str]) -> None`` is
+``harness <name> ...`` (it takes ``--results DIR`` like the others).
 
 Bad input (unknown workload or operator, malformed scheme, impossible sizes) exits with status 2 and one
 line naming what is wrong.
@@ -276,29 +277,44 @@ def check_overrides(args: list[str]) -> None:
             _fail(why or type(exc).__name__)
 
 
-def plugin_commands() -> dict[str, str]:
-    """The plug-in commands (harness/commands/*.py) and the first line of their docstrings."""
-    import importlib
+def plugin_modules() -> dict[str, str]:
+    """Plug-in command name -> module: harness/commands/*.py, then each study's commands/*.py."""
     import pkgutil
 
-    from harness import commands
+    from harness import commands, studies
+
+    found = {
+        info.name.replace("_", "-"): f"harness.commands.{info.name}"
+        for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name)
+    }
+    for name, module in studies.commands().items():
+        if name in found:
+            raise SystemExit(f"harness: command {name!r} is defined twice ({found[name]}, {module})")
+        found[name] = module
+    return found
+
+
+def plugin_commands() -> dict[str, str]:
+    """The plug-in commands and the first line of their docstrings."""
+    import importlib
 
     out = {}
-    for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
-        doc = importlib.import_module(f"harness.commands.{info.name}").__doc__ or ""
-        out[info.name.replace("_", "-")] = doc.strip().splitlines()[0] if doc.strip() else ""
+    for name, module in plugin_modules().items():
+        doc = importlib.import_module(module).__doc__ or ""
+        out[name] = doc.strip().splitlines()[0] if doc.strip() else ""
     return out
 
 
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
-    plugins = plugin_commands()
-    if argv and argv[0] in plugins:
+    modules = plugin_modules()
+    if argv and argv[0] in modules:
         import importlib
 
-        importlib.import_module(f"harness.commands.{argv[0].replace('-', '_')}").main(argv[1:])
+        importlib.import_module(modules[argv[0]]).main(argv[1:])
         return
     if not argv or argv[0] not in COMMANDS:
+        plugins = plugin_commands()
         print(__doc__)
         for name, line in plugins.items():
             print(f"    harness {name:<14} {line}")

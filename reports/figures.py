@@ -31,10 +31,12 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 import yaml  # noqa: E402
 
+from harness import studies  # noqa: E402
+
 
 def _load_claims() -> dict[str, Any]:
     claims: dict[str, Any] = {}
-    for path in sorted((Path(__file__).parent / "claims").glob("*.yaml")):
+    for path in [*sorted((Path(__file__).parent / "claims").glob("*.yaml")), *studies.files("claims.yaml")]:
         part = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
         if clash := set(part) & set(claims):
             raise ValueError(f"{path.name}: claims {sorted(clash)} are already defined in another file")
@@ -352,20 +354,21 @@ FIGURES: list[Builder] = [hoisting, microkernel_slice, small_matmul]
 
 
 def all_builders(errors: list[tuple[str, str]] | None = None) -> list[Builder]:
-    """This module's figures, then those of every ``reports/fig_*.py`` plug-in (sorted by module name).
+    """This module's figures, then those of every ``reports/fig_*.py`` plug-in (sorted by module name), then
+    every study's ``studies/<name>/figures.py`` (:mod:`harness.studies`).
 
     With ``errors`` (a list), a plug-in that cannot be imported is recorded there and skipped.
     """
     builders = list(FIGURES)
     package = Path(__file__).parent
-    for info in sorted(pkgutil.iter_modules([str(package)]), key=lambda m: m.name):
-        if info.name.startswith("fig_"):
-            try:
-                builders += importlib.import_module(f"reports.{info.name}").FIGURES
-            except Exception as exc:
-                if errors is None:
-                    raise
-                errors.append((f"reports.{info.name}", f"{type(exc).__name__}: {exc}"))
+    names = [f"reports.{m.name}" for m in sorted(pkgutil.iter_modules([str(package)]), key=lambda m: m.name)]
+    for name in [n for n in names if n.startswith("reports.fig_")] + studies.modules("figures"):
+        try:
+            builders += importlib.import_module(name).FIGURES
+        except Exception as exc:
+            if errors is None:
+                raise
+            errors.append((name, f"{type(exc).__name__}: {exc}"))
     return builders
 
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from harness import cachesim as cs
-from kernels import permutations as perm
+from studies.permutations import kernels as perm
 
 
 def one_level(size: int, line: int, ways: int, policy: str = "LRU", latency: float = 1) -> cs.CacheConfig:

@@ -10,7 +10,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness import archive, permstudy, report, store
+from harness import archive, report, store
+from studies.permutations import study as permstudy
 
 # tens of seconds: out of `make test`, run by CI with `pytest -m heavy`
 pytestmark = pytest.mark.heavy

@@ -10,12 +10,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness import permstudy
 from harness.check import CheckConfig
-from kernels import permutations as perm
 from kernels.candidate import Workload
 from kernels.codegen import analyze_for, render_scheme
 from kernels.targets import get_target
+from studies.permutations import kernels as perm
+from studies.permutations import study as permstudy
 from tests.conftest import FAST_TIMING, HOST_TARGET, run_candidates
 
 TINY = {"k": 3, "c": 2, "h": 3, "w": 4, "r": 2, "s": 3}
@@ -153,7 +153,7 @@ def test_simulation_ranks_and_stores(tmp_path: Path) -> None:
 
 
 def test_command_bad_input_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    from harness.commands import permutations as cmd
+    from studies.permutations.commands import permutations as cmd
 
     for argv in (["--layers", "resnet9000"], ["--cache", "nope"], ["--threads", "0"], ["--time", "x"]):
         with pytest.raises(SystemExit) as exc:
@@ -220,7 +220,7 @@ def test_pairs_and_sorted_speedups_put_measured_beside_simulated(tmp_path: Path)
     measured panel is computed from the timed medians (here the reverse of the simulated ranking), not
     copied from the simulation."""
     from harness import cachesim
-    from reports import fig_permutations as fp_mod
+    from studies.permutations import figures as fp_mod
 
     layers = {
         "a": {"k": 4, "c": 4, "h": 4, "w": 4, "r": 3, "s": 3},

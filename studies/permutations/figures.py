@@ -1,7 +1,7 @@
 """Seed 004 (Papaphilippou) figures: loop-order signatures, winners, pairs, sorted speedups, cache
 configurations, and the simulator's validation against measured time.
 
-Simulated rows are read from ``<results>/permutations/sim/`` (:mod:`harness.permstudy`); the results
+Simulated rows are read from ``<results>/permutations/sim/`` (:mod:`studies.permutations.study`); the results
 directory is the report directory's parent (``<results>/report/figures`` -> ``<results>``), else
 ``./results``. Timed rows come from the summary. A figure is built per machine fingerprint: for simulated
 rows the machine that ran the simulation (it matters for the ``host`` configuration, built from that
@@ -18,9 +18,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from harness import permstudy
-from kernels import permutations as perm
 from reports.figures import CLAIMS, PaperFigure, _paper, _save, results_dir_of
+from studies.permutations import kernels as perm
+from studies.permutations import study as permstudy
 
 MAIN_CACHE = "loki"  # the thesis's configuration: headline numbers use it when present
 DEFAULT_EXPERIMENT = "permutations"  # harness permutations's default --experiment (the harness's flags)

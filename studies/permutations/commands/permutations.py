@@ -14,9 +14,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from harness import cachesim, permstudy
+from harness import cachesim
 from harness.commands import positive_int
-from kernels import permutations as perm
+from studies.permutations import kernels as perm
+from studies.permutations import study as permstudy
 
 
 def _fail(msg: str) -> None:

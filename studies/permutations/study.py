@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from harness import cachesim
-from kernels import permutations as perm
+from studies.permutations import kernels as perm
 
 SIM_DIR = "permutations/sim"
 
@@ -324,7 +324,8 @@ def average_speedups(
     results: Path, experiment: str | None = None, cache: str = "loki", threads: int = 1
 ) -> dict[perm.Order, float]:
     """Per order, the average speedup over the simulated layers: the ranking behind
-    ``kernels.permutations.select_orders("best-average", ranking=...)`` (empty without simulations)."""
+    ``studies.permutations.kernels.select_orders("best-average", ranking=...)`` (empty without
+    simulations)."""
     sim = load_sim(results, experiment)
     if sim.empty:
         return {}

@@ -187,7 +187,7 @@ def select_orders(
     """The ``permutation: fixed | searched | best-average`` option (see the module docstring).
 
     ``ranking`` maps an order to its average speedup over layers (higher is better), e.g.
-    :func:`harness.permstudy.average_speedups` of stored simulation results.
+    :func:`studies.permutations.study.average_speedups` of stored simulation results.
     """
     if mode not in PERMUTATION_MODES:
         raise PermutationError(

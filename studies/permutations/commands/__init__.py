@@ -1,0 +1,1 @@
+"""The study's commands (`harness permutations`), found by the CLI by convention."""

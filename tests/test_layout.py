@@ -1,0 +1,51 @@
+"""The layout's rules, read from the import graph: the core (harness, kernels, reports) never imports a
+study (it finds them by convention, harness.studies), and a study's plug-ins are found where the
+convention says."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from harness import cli, studies
+from reports import figures
+
+ROOT = Path(__file__).resolve().parent.parent
+CORE = ("harness", "kernels", "reports")
+
+
+def imports_of(path: Path) -> set[str]:
+    """Every module ``path`` imports, at any depth (inside functions too), as dotted names."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found |= {f"{node.module}.{alias.name}" for alias in node.names}
+    return found
+
+
+def test_the_core_never_imports_a_study() -> None:
+    offenders = {
+        str(path.relative_to(ROOT)): sorted(m for m in imports_of(path) if m.split(".")[0] == studies.PACKAGE)
+        for package in CORE
+        for path in (ROOT / package).rglob("*.py")
+    }
+    assert {f: m for f, m in offenders.items() if m} == {}
+
+
+def test_imports_of_sees_imports_inside_functions(tmp_path: Path) -> None:
+    source = tmp_path / "m.py"
+    source.write_text("def f():\n    from studies.x import figures\n    import studies.y\n")
+    assert {"studies.x", "studies.x.figures", "studies.y"} <= imports_of(source)
+
+
+def test_a_study_is_found_by_its_folder() -> None:
+    assert "permutations" in studies.names()
+    assert "studies.permutations.figures" in studies.modules("figures")
+    assert cli.plugin_modules()["permutations"] == "studies.permutations.commands.permutations"
+    assert "permutations_fig4_3" in figures.CLAIMS  # from studies/permutations/claims.yaml
+    builders = {f"{b.__module__}.{b.__qualname__}" for b in figures.all_builders()}
+    assert "studies.permutations.figures.winners" in builders
+    assert (ROOT / "studies" / "permutations" / "catalogue.yaml") in studies.files("catalogue.yaml")
