@@ -642,10 +642,8 @@ def _interleaved_rounds(
     return [rewritten.pop(r["candidate_key"], r) for r in fresh] + list(rewritten.values())
 
 
-#: How often a slow round is timed again (``timing.retime``) and how long to wait first: a disturbance of
-#: the host seen here lasted under a minute.
+#: How often a slow round is timed again (``timing.retime``; the wait before each try: ``timing.retime_wait``)
 RETIME_TRIES = 2
-RETIME_WAIT_S = 20.0
 
 
 def _slowdown(row: dict[str, Any], before: dict[str, Any]) -> float:
@@ -672,10 +670,10 @@ def _retime(
             return
         say(
             f"[{exp.name}] round {k}: {len(slow)} row(s) ran over x{exp.timing.retime} slower than their "
-            f"earlier rounds (a disturbed host?); waiting {RETIME_WAIT_S:.0f}s, then timing them again "
-            f"({attempt}/{RETIME_TRIES})"
+            f"earlier rounds (a disturbed host?); waiting {exp.timing.retime_wait:.0f}s, then timing them "
+            f"again ({attempt}/{RETIME_TRIES})"
         )
-        time.sleep(RETIME_WAIT_S)
+        time.sleep(exp.timing.retime_wait)
         still = []
         for unit, before, first in slow:
             cand, row, src, built, _ = unit

@@ -59,6 +59,9 @@ class TimingConfig:
     # flagged): on these shared hosts a disturbed minute slows every kernel, oneDNN included, 1.3-2x, and the
     # slow round then drags its row's median of rounds. None: keep every round as timed
     retime: float | None = None
+    # seconds to wait before timing a slow round again: a disturbance of the host seen here lasted under a
+    # minute; the quick profile waits less (its verdicts are a first look, and 13 waits cost 4 minutes)
+    retime_wait: float = 20.0
 
     def __post_init__(self) -> None:
         if self.batch < 1:
@@ -69,6 +72,8 @@ class TimingConfig:
             raise ValueError(f"timing.race must be > 1 (a multiple of the best time so far), got {self.race}")
         if self.retime is not None and self.retime <= 1:
             raise ValueError(f"timing.retime must be > 1 (a multiple of a median time), got {self.retime}")
+        if self.retime_wait < 0:
+            raise ValueError(f"timing.retime_wait must be >= 0 seconds, got {self.retime_wait}")
 
     cpu: int | None = None  # None: the last CPU this process may use (CPU 0 takes most interrupts)
     # OpenMP threads of a parallel kernel (Tpar/Tfused); > 1 runs on that many CPUs (cpus_for), 1 keeps

@@ -209,13 +209,12 @@ def _disturbed_host(monkeypatch: pytest.MonkeyPatch, slow_calls: Callable[[int],
         return dataclasses.replace(res, times_ns=[ns] * len(res.times_ns))
 
     monkeypatch.setattr(exp_mod, "run_kernel", run)
-    monkeypatch.setattr(exp_mod, "RETIME_WAIT_S", 0.0)
     return calls
 
 
 def _retime_exp(tmp_path: Path, cache: Path, retime: float | None):
     e = _rounds_exp(tmp_path, cache, 2)
-    e.timing = dataclasses.replace(e.timing, retime=retime)
+    e.timing = dataclasses.replace(e.timing, retime=retime, retime_wait=0.0)
     return e
 
 

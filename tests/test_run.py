@@ -238,6 +238,8 @@ def test_race_must_be_a_multiple_above_one() -> None:
         TimingConfig(race=0.9)
     with pytest.raises(ValueError, match="timing.retime must be > 1"):
         TimingConfig(retime=1.0)
+    with pytest.raises(ValueError, match="timing.retime_wait must be >= 0"):
+        TimingConfig(retime_wait=-1.0)
 
 
 # -- threads: a parallel (OpenMP) kernel runs on as many cores as asked, a serial one on one -------------
