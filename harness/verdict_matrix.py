@@ -81,9 +81,12 @@ def plot(
     lines = table(figures)
     if lines.empty:
         return None
-    lines["row"] = lines["paper"].astype(str) + " · " + lines["figure"].astype(str)
+    fig_dir.mkdir(parents=True, exist_ok=True)
+    uarch = microarchitectures or {}
+    lines["row"] = lines["paper"].map(_paper_tag) + " · " + lines["figure"].astype(str)
     lines["column"] = [
-        machine_label(c, m) for c, m in zip(lines["cpu_model"], lines["machine_fingerprint"], strict=True)
+        machine_label(c, m, uarch.get(m))
+        for c, m in zip(lines["cpu_model"], lines["machine_fingerprint"], strict=True)
     ]
     value = lines["verdict"].map(lambda v: VERDICTS.get(v, (0, ABSENT, "?"))[0])
     # a figure built twice on one machine (two experiments of one claim) shows its worst verdict
@@ -122,5 +125,7 @@ def plot(
         png = fig_dir / "verdict-matrix.png"
         fig.savefig(png, dpi=110)
     csv = fig_dir / "verdict-matrix.csv"
-    lines.drop(columns=["row", "column"]).to_csv(csv, index=False)
+    lines.assign(machine=lines["column"].str.replace("\n", " "), line=lines["row"]).drop(
+        columns=["row", "column"]
+    ).to_csv(csv, index=False)
     return {"png": f"{fig_dir.name}/{png.name}", "csv": f"{fig_dir.name}/{csv.name}"}

@@ -78,6 +78,12 @@ def test_the_verdict_matrix_has_a_cell_per_figure_and_machine(tmp_path: Path) ->
     assert sorted(zip(lines["figure"], lines["machine_fingerprint"], lines["verdict"], strict=True)) == [
         ("fig_a", "m1", "reproduced"), ("fig_a", "m2", "differs"), ("fig_b", "m1", "partial")]  # fmt: skip
     assert verdict_matrix.plot([], tmp_path / "none") is None
+    # the columns name the microarchitecture where the CPU's name hides it; the lines, the paper's seed
+    paper = "Tollenaere, TTiLE thesis (seed 000)"
+    one = PaperFigure("fig_a", "m1", "AMD EPYC", paper, "Fig 1", "c", "m", "reproduced", "rule")
+    verdict_matrix.plot([one], tmp_path / "uarch", {"m1": "Zen 3"})
+    lines = pd.read_csv(tmp_path / "uarch" / "verdict-matrix.csv")
+    assert list(lines["machine"]) == ["Zen 3 (AMD EPYC) m1"] and list(lines["line"]) == ["000 · fig_a"]
     assert (
         verdict_matrix.machine_label("Intel(R) Xeon(R) Processor", "8dabd3baf38c") == "Intel Xeon\n8dabd3ba"
     )
