@@ -1,5 +1,5 @@
-"""The §4.3 compiler study (harness compiler-study, reports/fig_compiler.py), the selection's wall time and
-the microkernel report sections (reports/fig_microkernels.py).
+"""The §4.3 compiler study (harness compiler-study, studies/ttile_compiler/figures.py), the
+selection's wall time and the microkernel report sections (reports/fig_microkernels.py).
 
 Real builds and runs use one tiny microkernel and one timed repetition; the figure verdicts are tested on
 synthetic summaries whose numbers are chosen so each statement holds or fails on purpose.
@@ -18,11 +18,12 @@ import pytest
 from harness import analysis, store
 from harness import microbench as mb
 from harness.build import CompilerConfig
-from harness.commands import compiler_study as cs
 from harness.machine import detect
 from harness.sanity import SanityConfig
 from kernels import microkernels as mk
-from reports import fig_compiler, fig_microkernels
+from reports import fig_microkernels
+from studies.ttile_compiler import figures as fig_compiler
+from studies.ttile_compiler.commands import compiler_study as cs
 from tests.conftest import FAST_TIMING, HOST_TARGET
 
 INSTALLED = [cc for cc in cs.COMPILERS if shutil.which(cc)]
