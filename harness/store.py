@@ -43,7 +43,7 @@ COLUMNS: OrderedDict[str, tuple[pa.DataType, str]] = OrderedDict(
     [
         ("experiment", (STR, "experiment name (also the row directory)")),
         ("candidate_key", (STR, "stable content hash of the candidate (kernels.candidate.Candidate.key)")),
-        ("candidate_kind", (STR, "kind of candidate, a key of kernels.candidate.RENDERERS")),
+        ("candidate_kind", (STR, "kind of candidate, a key of kernels.candidate.renderers()")),
         ("candidate_text", (STR, "scheme text, or library name for a baseline")),
         ("candidate_options", (STR, "code-generation options, JSON object")),
         ("label", (STR, "human-readable candidate label used in tables and figures")),

@@ -7,6 +7,9 @@ A study folder may hold, each optional:
 - ``claims.yaml`` (what the paper claimed, per figure);
 - ``catalogue.yaml`` (its Snakemake figures, papers and jobs per profile; the Snakefile merges them);
 - ``commands/<command>.py`` with ``main(argv)`` (``harness <command>``; underscores read as dashes);
+- in its ``__init__.py``, ``RENDERERS``: the candidate kinds it renders (kind -> ``"module:function"``,
+  read by :func:`kernels.candidate.render`), so a study with a kernel family of its own needs no line in
+  the core;
 - anything else it needs (its kernels, models, simulators), imported by those modules only.
 
 Studies not yet moved here keep their files in ``kernels/``, ``harness/`` and ``reports/``, found by the
@@ -38,6 +41,21 @@ def files(name: str) -> list[Path]:
 def modules(module: str) -> list[str]:
     """Dotted names of each study's module ``module`` (e.g. ``figures``), where it has one."""
     return [f"{PACKAGE}.{s}.{module}" for s in names() if (STUDIES_DIR / s / f"{module}.py").is_file()]
+
+
+def declared(attribute: str) -> dict[str, str]:
+    """Every study's ``attribute`` (a dict in its ``__init__.py``, e.g. ``RENDERERS``), merged; a key two
+    studies declare is an error naming both."""
+    import importlib
+
+    merged: dict[str, str] = {}
+    owner: dict[str, str] = {}
+    for s in names():
+        for key, value in dict(getattr(importlib.import_module(f"{PACKAGE}.{s}"), attribute, {})).items():
+            if key in merged:
+                raise ValueError(f"{attribute} {key!r} is declared by both studies {owner[key]!r} and {s!r}")
+            merged[key], owner[key] = value, s
+    return merged
 
 
 def commands() -> dict[str, str]:

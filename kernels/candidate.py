@@ -101,21 +101,32 @@ class KernelSource:
 
 
 # Renderers per candidate kind, as "module:function" (imported on first use, so a kind's module and its
-# dependencies load only when used). A new kernel family is a new module plus one line here.
+# dependencies load only when used). A study's own kernel family is declared by the study (its
+# ``RENDERERS``, harness.studies.declared), not here.
 RENDERERS: dict[str, str] = {
     "scheme": "kernels.codegen:render_scheme",  # a TTiLE scheme (seed 000)
     "baseline": "kernels.baselines:render_baseline",  # a vendor library call
-    "conv_algo": "kernels.conv_algos:render_conv_algo",  # im2col + GEMM, YaConv (seed 001)
     "loop_string": "kernels.loop_strings:render_loop_string",  # PARLOOPER loop strings (seed 003)
 }
+
+
+def renderers() -> dict[str, str]:
+    """Every candidate kind's renderer: the core's, then those the studies declare."""
+    from harness import studies
+
+    declared = studies.declared("RENDERERS")
+    if clash := set(declared) & set(RENDERERS):
+        raise ValueError(f"studies redeclare core candidate kinds: {sorted(clash)}")
+    return {**RENDERERS, **declared}
 
 
 def render(candidate: Candidate, workload: Workload) -> KernelSource:
     """C source for ``candidate`` on ``workload`` (dispatch on the candidate kind)."""
     import importlib
 
-    target = RENDERERS.get(candidate.kind)
+    known = RENDERERS if candidate.kind in RENDERERS else renderers()
+    target = known.get(candidate.kind)
     if target is None:
-        raise ValueError(f"unknown candidate kind {candidate.kind!r}; known: {', '.join(RENDERERS)}")
+        raise ValueError(f"unknown candidate kind {candidate.kind!r}; known: {', '.join(known)}")
     module, function = target.split(":")
     return getattr(importlib.import_module(module), function)(candidate, workload)

@@ -7,6 +7,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 from harness import cli, studies
 from reports import figures
 
@@ -49,3 +51,21 @@ def test_a_study_is_found_by_its_folder() -> None:
     builders = {f"{b.__module__}.{b.__qualname__}" for b in figures.all_builders()}
     assert "studies.permutations.figures.winners" in builders
     assert (ROOT / "studies" / "permutations" / "catalogue.yaml") in studies.files("catalogue.yaml")
+
+
+def test_a_study_declares_its_candidate_kinds() -> None:
+    from kernels import candidate
+
+    assert "conv_algo" not in candidate.RENDERERS  # not the core's
+    assert candidate.renderers()["conv_algo"] == "studies.yaconv.kernels:render_conv_algo"
+    assert cli.plugin_modules()["yaconv-counters"] == "studies.yaconv.commands.yaconv_counters"
+
+
+def test_a_kind_declared_twice_is_named(monkeypatch) -> None:  # noqa: ANN001
+    import studies.permutations as perm_pkg
+
+    monkeypatch.setattr(perm_pkg, "RENDERERS", {"conv_algo": "x:y"}, raising=False)
+    with pytest.raises(
+        ValueError, match="'conv_algo' is declared by both studies 'permutations' and 'yaconv'"
+    ):
+        studies.declared("RENDERERS")

@@ -14,7 +14,8 @@ from harness import store
 from harness.build import CompilerConfig, build
 from harness.machine import detect
 from kernels.candidate import Candidate, Workload
-from kernels.conv_algos import (
+from kernels.targets import get_target
+from studies.yaconv.kernels import (
     OUR_UKR,
     Blocking,
     Geometry,
@@ -25,7 +26,6 @@ from kernels.conv_algos import (
     ukr_shapes,
     yaconv_buffers,
 )
-from kernels.targets import get_target
 from tests.conftest import run_candidates
 
 HOST = detect()
@@ -230,7 +230,7 @@ def test_buffers_yaconv_bounded_im2col_grows() -> None:
 
 # -- study command, counters, figures ----------------------------------------------------------------
 def test_layer_sets_follow_the_thesis() -> None:
-    from harness.commands.yaconv import layer_set, paper_layers
+    from studies.yaconv.commands.yaconv import layer_set, paper_layers
 
     layers = paper_layers()
     assert len(layers) == 73  # unique geometries of the 218 unit-stride layers (§5.3.2)
@@ -242,7 +242,7 @@ def test_layer_sets_follow_the_thesis() -> None:
 
 
 def test_cachegrind_summary_is_parsed(tmp_path: Path) -> None:
-    from harness.commands.yaconv_counters import _summary
+    from studies.yaconv.commands.yaconv_counters import _summary
 
     f = tmp_path / "cg.out"
     f.write_text("desc: x\ncmd: y\nevents: Ir Dr Dw Bc\nfl=???\nfn=k\n0 1 2 3 4\nsummary: 10 20 30 40\n")
@@ -250,8 +250,8 @@ def test_cachegrind_summary_is_parsed(tmp_path: Path) -> None:
 
 
 def test_counter_sample_spreads_over_the_work() -> None:
-    from harness.commands.yaconv import paper_layers
-    from harness.commands.yaconv_counters import spread
+    from studies.yaconv.commands.yaconv import paper_layers
+    from studies.yaconv.commands.yaconv_counters import spread
 
     layers = paper_layers()
     flops = sorted(la.workload().flops for la in layers)
@@ -265,7 +265,7 @@ def test_counter_sample_spreads_over_the_work() -> None:
 @pytest.mark.slow
 def test_cachegrind_counts_of_a_tiny_layer(tmp_path: Path) -> None:
     """The driver under valgrind: deterministic per-call counts, and the output still checked."""
-    from harness.commands.yaconv_counters import measure, valgrind
+    from studies.yaconv.commands.yaconv_counters import measure, valgrind
 
     if valgrind() is None:
         pytest.skip("valgrind is not installed")
@@ -298,7 +298,7 @@ def _summary_rows(ratio: float, n: int = 6) -> pd.DataFrame:
 
 @pytest.mark.parametrize(("ratio", "verdict"), [(1.3, "reproduced"), (1.05, "partial"), (0.8, "differs")])
 def test_fig5_3_verdict_follows_the_numbers(ratio: float, verdict: str, tmp_path: Path, monkeypatch) -> None:
-    from reports import fig_yaconv
+    from studies.yaconv import figures as fig_yaconv
 
     monkeypatch.setenv("HARNESS_RESULTS", str(tmp_path / "none"))
     figs = fig_yaconv.fig5_3(_summary_rows(ratio), tmp_path / "report" / "figures")
@@ -310,7 +310,7 @@ def test_fig5_3_verdict_follows_the_numbers(ratio: float, verdict: str, tmp_path
 
 def test_memory_figure_uses_the_rendered_workspace() -> None:
     """The memory figure's formulas give exactly the renderer's workspace_bytes."""
-    from kernels.conv_algos import (
+    from studies.yaconv.kernels import (
         OUR_BLOCKS,
         Blocking,
         geometry,

@@ -36,10 +36,10 @@ from harness import store
 from harness.build import CompilerConfig, build
 from harness.check import CheckConfig, check_output, make_tensors
 from harness.commands import positive_int
-from harness.commands.yaconv import SETS, candidates, layer_set
 from harness.experiment import Experiment, _base_row, _render
 from harness.run import build_driver
 from kernels.candidate import Candidate, KernelSource, Workload
+from studies.yaconv.commands.yaconv import SETS, candidates, layer_set
 
 EXPERIMENT = "yaconv_cachegrind"
 EXTRA = 1  # hot calls measured (the difference of two runs); valgrind emulates FMA at ~10 s per 200 MFLOP

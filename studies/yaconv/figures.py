@@ -1,6 +1,6 @@
 """Seed 001 (YaConv thesis, ch. 5) figures: Fig 5.3 (per-layer GFLOPS ratio YaConv/im2col, sorted, with the
 cachegrind L1-access and branch ratios), memory per algorithm, cachegrind counters, Fig 5.4 and Fig 5.6
-heatmaps. One figure per machine fingerprint; claims in ``reports/claims/yaconv.yaml``.
+heatmaps. One figure per machine fingerprint; claims in ``claims.yaml`` here.
 
 Layers are recovered from the workload names ``yc_h{H}_w{W}_c{C}_m{M}_f{F}_p{P}[_s{stride}]`` that
 ``harness yaconv`` gives them. Counters come from the rows of ``harness yaconv-counters`` (the summary the
@@ -192,9 +192,9 @@ def fig5_3(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
 
 
 def memory(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
-    """Temporary-buffer bytes per layer from the buffer formulas the kernels allocate (kernels.conv_algos)."""
+    """Temporary-buffer bytes per layer from the buffer formulas the kernels allocate (kernels.py here)."""
     from kernels.candidate import Workload
-    from kernels.conv_algos import (
+    from studies.yaconv.kernels import (
         OUR_BLOCKS,
         OUR_UKR,
         Blocking,
@@ -202,7 +202,7 @@ def memory(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
         workspace_total,
         yaconv_buffers,
     )
-    from kernels.conv_algos import geometry as yc_geometry
+    from studies.yaconv.kernels import geometry as yc_geometry
 
     meta = CLAIMS["yaconv_memory"]
     figures = []
@@ -333,7 +333,7 @@ def _heatmap(wide: pd.DataFrame, x: str, y: str, fp: str, name: str, out_dir: Pa
 
 def _nr() -> int | None:
     try:
-        from kernels.conv_algos import blis_context
+        from studies.yaconv.kernels import blis_context
 
         ctx = blis_context()
         return int(ctx["nr"] if ctx["prefers_cols"] else ctx["mr"])  # type: ignore[call-overload]

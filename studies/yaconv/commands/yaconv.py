@@ -32,7 +32,7 @@ from harness.run import TimingConfig
 from kernels.baselines import versioned
 from kernels.candidate import Candidate, Workload
 
-CONF = Path(__file__).resolve().parents[2] / "conf" / "workload"
+CONF = Path(__file__).resolve().parents[3] / "conf" / "workload"  # studies/yaconv/commands/ -> the repo
 LAYERS_CSV = CONF / "yaconv_layers.csv"
 TTILE_CSV = CONF / "ttile_layers.csv"
 SETS = ("layers", "seed000", "fig5_4", "fig5_6")
