@@ -102,11 +102,10 @@ class KernelSource:
 
 # Renderers per candidate kind, as "module:function" (imported on first use, so a kind's module and its
 # dependencies load only when used). A study's own kernel family is declared by the study (its
-# ``RENDERERS``, harness.studies.declared), not here.
+# ``RENDERERS``, harness.studies.declared), not here: YaConv's conv_algo, the loop strings' loop_string.
 RENDERERS: dict[str, str] = {
     "scheme": "kernels.codegen:render_scheme",  # a TTiLE scheme (seed 000)
     "baseline": "kernels.baselines:render_baseline",  # a vendor library call
-    "loop_string": "kernels.loop_strings:render_loop_string",  # PARLOOPER loop strings (seed 003)
 }
 
 

@@ -14,9 +14,9 @@ from harness.build import CompilerConfig, build
 from harness.check import CheckConfig, check_output, make_tensors
 from harness.machine import detect
 from harness.run import TimingConfig, run_kernel
-from kernels import loop_strings as lsm
 from kernels.baselines import BLAS, BaselineUnavailable, find_library
 from kernels.candidate import Workload, render
+from studies.loop_strings import kernels as lsm
 
 ONE_RUN = TimingConfig(mode="hot", warmup=0, min_reps=1, max_reps=1, max_seconds=1.0)
 
@@ -160,7 +160,7 @@ def test_a_wrong_nest_is_caught(shared_cache: Path) -> None:
 
 # -- the performance model (§II-E) ----------------------------------------------------------------------
 def test_model_threads_cover_every_body_once() -> None:
-    from harness import parlooper_model as pm
+    from studies.loop_strings import model as pm
 
     specs = {"a": lsm.LoopSpec(0, 4, 2), "b": lsm.LoopSpec(0, 8, 1, (4, 2)), "c": lsm.LoopSpec(0, 6, 1, (3,))}
     serial = sorted(tuple(d.values()) for d in lsm.body_indices(lsm.parse_loop_string("bcabcb"), specs))
@@ -174,7 +174,7 @@ def test_model_counts_compulsory_and_capacity_misses() -> None:
     """A cache holding every slice charges each string the same compulsory transfers (one per distinct
     slice, every other access an L1 hit); a one-slice cache charges more."""
     from harness import cachesim
-    from harness import parlooper_model as pm
+    from studies.loop_strings import model as pm
 
     p = lsm.GemmParams(bm=16, bn=16, bk=16)
     sizes = {"i": 64, "j": 64, "k": 64}
@@ -227,7 +227,7 @@ def test_conv_enumeration() -> None:
 
 def test_fig7_compares_with_the_faster_onednn_per_layer(tmp_path: Path) -> None:
     """oneDNN on NHWC and in its own layouts: each layer's best string is compared with the faster one."""
-    from reports import fig_parlooper
+    from studies.loop_strings import figures as fig_parlooper
 
     def row(layer: str, kind: str, text: str, ns: float) -> dict[str, object]:
         return {"experiment": f"{fig_parlooper.CONV_PREFIX}{layer}", "status": "ok", "candidate_kind": kind,

@@ -4,7 +4,7 @@
     harness loop-strings --op conv [--layers quick|resnet50|NAME,...] [--limit 24] [--results DIR]
 
 For each shape: enumerate loop strings and block lists under the paper's constraints (§II-D; a seeded
-sample of ``--limit``), predict each with the slice-level LRU model (harness.parlooper_model), time
+sample of ``--limit``), predict each with the slice-level LRU model (studies.loop_strings.model), time
 ``--time`` of them (``all``, or the model's top N) plus the oneDNN baseline through the standard pipeline
 (every kernel checked first), store the predictions under ``<results>/parlooper/model/``, and print the
 best string vs oneDNN and whether the model's top-5 classes contain the measured best. ``--op conv``
@@ -22,11 +22,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness import cachesim, parlooper_model
+from harness import cachesim
 from harness.commands import positive_int
-from kernels import loop_strings as lsm
 from kernels.baselines import versioned
 from kernels.candidate import Candidate
+from studies.loop_strings import kernels as lsm
+from studies.loop_strings import model as parlooper_model
 
 # Shapes of the paper's GEMM figures (fp32): Fig 2 [repo] squares with bm = bn = bk = 32.
 SHAPE_SETS = {

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness import cachesim
-from kernels import loop_strings as lsm
+from studies.loop_strings import kernels as lsm
 
 # Bytes per cycle each level can feed one core (AVX2-class x86: 2 x 32 B loads/cycle from L1; typical
 # L2/L3/DRAM sustained rates), and fp32 flops per cycle (2 FMA units x 8 lanes x 2).

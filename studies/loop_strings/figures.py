@@ -103,7 +103,7 @@ def model_vs_measured(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]
     """Fig 6: predicted vs measured performance per string; does the top-5 contain the measured best?"""
     from scipy.stats import spearmanr
 
-    from harness.commands.loop_strings import load_model
+    from studies.loop_strings.commands.loop_strings import load_model
 
     ok = _rows(summary)
     model = load_model(_results_dir(out_dir))
