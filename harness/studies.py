@@ -9,7 +9,8 @@ A study folder may hold, each optional:
 - ``commands/<command>.py`` with ``main(argv)`` (``harness <command>``; underscores read as dashes);
 - in its ``__init__.py``, ``RENDERERS``: the candidate kinds it renders (kind -> ``"module:function"``,
   read by :func:`kernels.candidate.render`), so a study with a kernel family of its own needs no line in
-  the core;
+  the core; and ``EXPANDERS``: space entries it expands into schemes (read by
+  :func:`kernels.space.expanders`);
 - anything else it needs (its kernels, models, simulators), imported by those modules only.
 
 Studies not yet moved here keep their files in ``kernels/``, ``harness/`` and ``reports/``, found by the

@@ -9,7 +9,7 @@ A space entry is one of
   expands to one scheme per way of covering the workload's dimension ``i`` with microkernel sizes
   (thesis §5.3): a single dividing size ``n x a`` gives ``T_{n,i}`` / ``U_{a,i}``, a combination
   ``n_a x a + n_b x b`` gives ``λ_seq_i.[(n_a,a),(n_b,b)]`` / ``Uλ_i``;
-- an *expander* entry, a mapping whose key is one of :data:`EXPANDERS` (e.g. ``{gemm_variant: B3A2C0,
+- an *expander* entry, a mapping whose key is one of :func:`expanders` (e.g. ``{gemm_variant: B3A2C0,
   ...}``): a kernel family's module turns it into schemes;
 - a candidate of another kind: ``{kind: conv_algo, text: yaconv, options: {...}}``.
 """
@@ -29,10 +29,16 @@ class SpaceError(ValueError):
 
 
 # Space-entry expanders of the kernel families, as "module:function"; the function takes (entry, workload,
-# target) and returns (scheme text, options) pairs, like entry_schemes.
-EXPANDERS: dict[str, str] = {
-    "gemm_variant": "kernels.gemm_family:space_entry",  # seed 002: the BLIS-like GEMM family
-}
+# target) and returns (scheme text, options) pairs, like entry_schemes. A study declares its own
+# (``EXPANDERS`` in its __init__.py, e.g. the GEMM family's ``gemm_variant``): see :func:`expanders`.
+EXPANDERS: dict[str, str] = {}
+
+
+def expanders() -> dict[str, str]:
+    """The core's expanders and those the studies declare (harness.studies.declared)."""
+    from harness import studies
+
+    return {**EXPANDERS, **studies.declared("EXPANDERS")}
 
 
 def _for_target(value: Any, target: str) -> Any:
@@ -64,10 +70,11 @@ def cover_texts(
 
 def entry_schemes(entry: Any, workload: Workload, target: str) -> list[tuple[str, dict[str, Any]]]:
     """(scheme text, per-entry options) of one space entry."""
-    if isinstance(entry, Mapping) and (keys := set(entry) & set(EXPANDERS)):
+    known = expanders() if isinstance(entry, Mapping) else {}
+    if isinstance(entry, Mapping) and (keys := set(entry) & set(known)):
         import importlib
 
-        module, function = EXPANDERS[sorted(keys)[0]].split(":")
+        module, function = known[sorted(keys)[0]].split(":")
         return getattr(importlib.import_module(module), function)(entry, workload, target)
     if isinstance(entry, Mapping) and "cover" in entry:
         dim = str(entry["cover"])

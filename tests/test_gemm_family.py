@@ -12,7 +12,7 @@ import pytest
 from harness.check import CheckConfig
 from harness.machine import Cache, detect, register_count, vector_lanes
 from kernels.candidate import Workload
-from kernels.gemm_family import (
+from studies.gemm_family.kernels import (
     LAYOUTS,
     PACKINGS,
     STAGES,
@@ -27,8 +27,8 @@ from kernels.gemm_family import (
     space_entry,
     variant_scheme,
 )
-from kernels.gemm_model import ROLES, Level, blocking, l1_max_pct, levels, occupancy
-from kernels.gemm_workloads import CONF, all_configs, resnet50_types
+from studies.gemm_family.model import ROLES, Level, blocking, l1_max_pct, levels, occupancy
+from studies.gemm_family.workloads import CONF, all_configs, resnet50_types
 from tests.conftest import HOST_TARGET, run_candidates, scheme
 
 FULL = CheckConfig(full_below=10**9)  # every output point against numpy's float64 product
@@ -98,7 +98,7 @@ def test_parallel_outer_loop_computes_the_product(tmp_path: Path, shared_cache: 
     """Fig 20: jc of B3A2C0 and ic of A3B2C0 on two OpenMP threads (per-thread pack buffers)."""
     import os
 
-    from kernels.gemm_family import parallel_scheme
+    from studies.gemm_family.kernels import parallel_scheme
     from tests.conftest import FAST_TIMING
 
     if len(os.sched_getaffinity(0)) < 2:
@@ -267,7 +267,7 @@ def test_workload_configs_are_table_1() -> None:
     assert sum(len(t.layers) for t in types) == 53  # "20 types, which cover 53 layers"
     assert (types[1].m, types[1].n, types[1].k) == (401408, 64, 64) and types[0].m_at(1) == 12544
     for name, text in all_configs().items():
-        assert (CONF / name).read_text() == text, f"{name} is stale: python -m kernels.gemm_workloads"
+        assert (CONF / name).read_text() == text, f"{name} is stale: python -m studies.gemm_family.workloads"
 
 
 def compose_candidates(*overrides: str) -> list:
@@ -457,7 +457,7 @@ def test_headline_pairs_interleaved_rounds(tmp_path: Path) -> None:
 
 
 def test_fig13_ladder_and_fig19_packing_and_fig20_parallel(tmp_path: Path) -> None:
-    from kernels.gemm_family import parallel_scheme
+    from studies.gemm_family.kernels import parallel_scheme
 
     p = Params(mc=48, nc=64, kc=32, mr=6, nr=16)
     ladder = [variant_scheme("B3A2C0", p, 8, "both", s) for s in STAGES]

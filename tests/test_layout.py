@@ -59,6 +59,10 @@ def test_a_study_declares_its_candidate_kinds() -> None:
     assert "conv_algo" not in candidate.RENDERERS  # not the core's
     assert candidate.renderers()["conv_algo"] == "studies.yaconv.kernels:render_conv_algo"
     assert cli.plugin_modules()["yaconv-counters"] == "studies.yaconv.commands.yaconv_counters"
+    from kernels import space
+
+    assert "gemm_variant" not in space.EXPANDERS
+    assert space.expanders()["gemm_variant"] == "studies.gemm_family.kernels:space_entry"
 
 
 def test_a_kind_declared_twice_is_named(monkeypatch) -> None:  # noqa: ANN001

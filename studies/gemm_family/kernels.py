@@ -44,7 +44,7 @@ from typing import Any
 
 from harness.machine import detect, register_count, vector_lanes
 from kernels.candidate import Workload
-from kernels.gemm_model import ROLES, Blocking, blocking, levels, register_tile
+from studies.gemm_family.model import ROLES, Blocking, blocking, levels, register_tile
 
 VARIANTS: tuple[str, ...] = ("B3A2C0", "A3B2C0", "B3C2A0", "A3C2B0", "C3A2B0", "C3B2A0")
 PACKINGS: tuple[str, ...] = ("both", "A", "B", "none")  # Fig 19 (resident C variants)

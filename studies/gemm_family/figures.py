@@ -1,8 +1,8 @@
 """Seed 002 (Alaejos et al., TOMS 2024), the GEMM family: Figs 13, 16, 19, 20, 21, the headline comparison
 with the libraries (Figs 16/22, issue 8's targets) and the cache model against the blocks around it.
 
-Rows come from ``harness run -m +sweeps=gemm_*`` (workflow/catalogue/gemm_family.yaml). Family schemes are
-recognized from their text (``kernels.gemm_family.identify``), libraries are the baseline rows. Every
+Rows come from ``harness run -m +sweeps=gemm_*`` (studies/gemm_family/catalogue.yaml). Family schemes are
+recognized from their text (``studies.gemm_family.kernels.identify``), libraries are the baseline rows. Every
 number is GFLOP/s (and % of calibrated peak) from the median time, per machine; ResNet50 layer types are
 weighted by their number of layers (Table 1) where the paper counts layers.
 """
@@ -31,7 +31,7 @@ TIE = 0.10  # within 10%: the issue's "within 10%" on squares, and a "tie" elsew
 
 
 def _layer_counts() -> dict[int, int]:
-    from kernels.gemm_workloads import resnet50_types
+    from studies.gemm_family.workloads import resnet50_types
 
     return {t.type: len(t.layers) for t in resnet50_types()}
 
@@ -39,7 +39,7 @@ def _layer_counts() -> dict[int, int]:
 def frame(summary: pd.DataFrame, experiment: str) -> pd.DataFrame:
     """Ok rows of ``experiment`` with what the figures need: workload kind, layer type and its layer
     count, library or family member (variant, mr, nr, pack, stage, parallel, blocks vs the model)."""
-    from kernels.gemm_family import identify
+    from studies.gemm_family.kernels import identify
 
     ok = _ok(summary, experiment)
     if ok.empty:
@@ -112,7 +112,7 @@ def _occupancy(table: pd.DataFrame, best: pd.DataFrame, fp: str) -> None:
     """Fig 17's model-predicted shares: Br (kc x nr) of L1 and Ac (mc x kc) of L2 for each layer's best
     kernel and blocks, when the report runs on the machine measured (the summary has no cache sizes)."""
     from harness.machine import detect
-    from kernels.gemm_model import levels, occupancy
+    from studies.gemm_family.model import levels, occupancy
 
     m = detect()
     if m.fingerprint != fp:
@@ -453,7 +453,7 @@ def fig21(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
 
 # -- headline: the family vs the libraries -------------------------------------------------------------------
 def headline(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
-    from kernels.gemm_family import roles_table
+    from studies.gemm_family.kernels import roles_table
 
     name = "gemm_headline"
     meta = CLAIMS[name]
