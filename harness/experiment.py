@@ -395,7 +395,7 @@ def _stored_perf(mine: pd.DataFrame) -> dict[str, float | None]:
 
 def _selected_microkernels(exp: Experiment, m: machine_mod.Machine) -> list[dict[str, int]] | None:
     """The microkernels ``harness microkernels`` selected on this machine (None: not measured here)."""
-    from harness.microbench import load_selected
+    from harness.selection import load_selected
 
     try:
         mks = load_selected(exp.target, "conv2d", exp.cache_dir, machine=m, missing_ok=True)

@@ -23,12 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kernels import library_versions as versions
-from kernels.candidate import Candidate, KernelSource, Workload
+from kernels import torch_baseline
+from kernels.candidate import BaselineUnavailable, Candidate, KernelSource, Workload
 from kernels.library_versions import LibraryInfo
 
-
-class BaselineUnavailable(RuntimeError):
-    """The library is not installed on this machine (the reason names it and the files looked for)."""
+__all__ = ["BaselineUnavailable"]  # defined in kernels.candidate (torch_baseline raises it too), read here
 
 
 @dataclass(frozen=True)
@@ -474,8 +473,8 @@ def _render_tvm_conv(candidate: Candidate, workload: Workload, threads: int) -> 
 CONV_ONLY = ("onednn-blocked", "onednn-2.6-blocked", "tvm", "torch-packed")
 #: PyTorch (kernels.torch_baseline): torch.mm on matmul, conv2d on channels_last tensors.
 FRAMEWORKS = ("torch",)
-#: The baselines kernels.torch_baseline renders.
-TORCH = ("torch", "torch-packed")
+#: The baselines kernels.torch_baseline renders (its NAMES).
+TORCH = torch_baseline.NAMES
 #: Every name a baseline candidate may have.
 BASELINE_NAMES = (*sorted(BLAS), *FRAMEWORKS, *CONV_ONLY)
 #: oneDNN's convolution baselines -> (library of BLAS, in oneDNN's own activation layouts)
@@ -501,8 +500,6 @@ def library_info(name: str) -> LibraryInfo:
 @functools.cache
 def _library_info(name: str) -> LibraryInfo:
     if name == "torch":
-        from kernels import torch_baseline
-
         return LibraryInfo("torch", torch_baseline.version(), "pypi", "")
     if name == "tvm":
         return LibraryInfo("tvm", versions.package_version("apache-tvm"), "pypi")
@@ -554,8 +551,6 @@ def render_baseline(candidate: Candidate, workload: Workload) -> KernelSource:
     if name == "tvm" and workload.op.name == "conv2d":
         return _render_tvm_conv(candidate, workload, threads)
     if name in TORCH:
-        from kernels import torch_baseline
-
         return torch_baseline.render_candidate(candidate, workload)
     if name in CONV_ONLY:
         raise BaselineUnavailable(f"baseline {name} is a convolution, not {workload.op.name}")

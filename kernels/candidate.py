@@ -100,6 +100,11 @@ class KernelSource:
         return content_hash({"code": self.code, "cflags": self.cflags, "libs": self.libs})
 
 
+class BaselineUnavailable(RuntimeError):
+    """A library is not installed on this machine (the reason names it and the files looked for); long
+    imported from kernels.baselines, which re-exports it."""
+
+
 # Renderers per candidate kind, as "module:function" (imported on first use, so a kind's module and its
 # dependencies load only when used). A study's own kernel family is declared by the study (its
 # ``RENDERERS``, harness.studies.declared), not here: YaConv's conv_algo, the loop strings' loop_string.

@@ -27,10 +27,10 @@ import re
 from importlib.util import find_spec
 from pathlib import Path
 
-from kernels import baselines  # module, not names: kernels.baselines may import this module in turn
-from kernels.candidate import Candidate, KernelSource, Workload
+from kernels.candidate import BaselineUnavailable, Candidate, KernelSource, Workload
 
-NAMES = baselines.TORCH
+#: the baseline names this module renders (kernels.baselines.TORCH)
+NAMES = ("torch", "torch-packed")
 _LIBS = ("libc10.so", "libtorch_cpu.so", "libtorch.so")  # libtorch_cpu holds ATen and the mkldnn:: ops
 
 
@@ -237,7 +237,7 @@ static std::string describe(const float *) {
 
 
 def _unsupported(reason: str) -> Exception:
-    return baselines.BaselineUnavailable(reason)
+    return BaselineUnavailable(reason)
 
 
 def render_torch(name: str, workload: Workload, threads: int) -> KernelSource:

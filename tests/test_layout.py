@@ -28,6 +28,56 @@ def imports_of(path: Path) -> set[str]:
     return found
 
 
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the project modules it imports (``from harness import store`` counts as harness.store)."""
+    modules = {}
+    for package in (*CORE, studies.PACKAGE):
+        for path in (ROOT / package).rglob("*.py"):
+            name = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+            modules[name] = path
+    return {m: {d for d in imports_of(p) if d in modules and d != m} for m, p in modules.items()}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan): each holds an import cycle."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            part = []
+            while True:
+                w = stack.pop()
+                part.append(w)
+                if w == v:
+                    break
+            if len(part) > 1:
+                found.append(sorted(part))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_module_imports_itself_through_others() -> None:
+    assert cycles(import_graph()) == []
+
+
+def test_cycles_are_found() -> None:
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
 def test_the_core_never_imports_a_study() -> None:
     offenders = {
         str(path.relative_to(ROOT)): sorted(m for m in imports_of(path) if m.split(".")[0] == studies.PACKAGE)
