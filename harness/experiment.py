@@ -94,7 +94,7 @@ def _now() -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
 
 
-def _base_row(exp: Experiment, cand: Candidate, m: machine_mod.Machine) -> dict[str, Any]:
+def base_row(exp: Experiment, cand: Candidate, m: machine_mod.Machine) -> dict[str, Any]:
     w = exp.workload
     return {
         "experiment": exp.name,
@@ -161,7 +161,7 @@ def _library_columns(cand: Candidate) -> dict[str, Any]:
     return {"library": info.library, "library_version": info.version, "library_source": info.source}
 
 
-def _render(cand: Candidate, w: Workload) -> KernelSource | tuple[str, str]:
+def render_or_failure(cand: Candidate, w: Workload) -> KernelSource | tuple[str, str]:
     """The source, or (status, reason) when the candidate cannot be rendered here."""
     try:
         return render(cand, w)
@@ -287,14 +287,14 @@ def _measure_batch(
     """Render, build (in parallel), run, check and store ``cands``; ``extra`` adds columns per row,
     ``progress`` = (done before, total, counts) continues a longer progress count and ``race`` gives up
     early on candidates far slower than the best so far."""
-    rendered = [_render(c, exp.workload) for c in cands]
+    rendered = [render_or_failure(c, exp.workload) for c in cands]
     sources = [r for r in rendered if isinstance(r, KernelSource)]
     builds = iter(build_many(sources, exp.compiler, exp.cache_dir / "so"))
     done, total, counts = progress or (0, len(cands), {"ok": 0, "failed": 0})
     rows = []
     for i, (cand, src) in enumerate(zip(cands, rendered, strict=True)):
         n = done + i + 1
-        row = _base_row(exp, cand, m)
+        row = base_row(exp, cand, m)
         if extra is not None:
             row.update(extra[i])
         if isinstance(src, tuple):

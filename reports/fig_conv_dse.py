@@ -36,7 +36,7 @@ from scipy.stats import gmean  # noqa: E402
 from harness import distributions as dist  # noqa: E402
 from harness.analysis import n_rounds, round_ratio  # noqa: E402
 from kernels import tvm_conv  # noqa: E402
-from reports.figures import CLAIMS, PaperFigure, _paper, _save, mean_ci, results_dir_of  # noqa: E402
+from reports.figures import CLAIMS, PaperFigure, mean_ci, paper_figure, results_dir_of, save_figure  # noqa: E402
 
 RANDOM = "ttile_conv_random"
 TVM = "tvm_conv"  # harness tvm-tune: MetaSchedule-tuned TVM modules, Fig 6.3's "AutoTVM" bars
@@ -153,12 +153,12 @@ def histograms(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
         fig.supxlabel("% of calibrated peak (median of repetitions); bins of 4%")
         fig.supylabel("density")
         table = pd.DataFrame(rows)
-        image, csv = _save(fig, table, out_dir, f"{name}-{fp}")
+        image, csv = save_figure(fig, table, out_dir, f"{name}-{fp}")
         medians = table["median"].to_numpy(float)
         ours = float(np.median(medians))
         threshold = float(CLAIMS[name]["paper_numbers"]["median_threshold"])
         verdict = "reproduced" if ours >= threshold else "partial" if ours >= threshold / 2 else "differs"
-        figures.append(_paper(
+        figures.append(paper_figure(
             name, fp, part, measured=f"median over {len(layers)} layers of each layer's median: {ours:.1f}% "
             f"of peak; best layer median {medians.max():.1f}%", verdict=verdict,
             statistic=f"median over layers of the per-layer median % of peak; 'quite high' read as >= "
@@ -198,7 +198,7 @@ def expect_curves(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
         fig.supxlabel("n (number of random candidates, log scale)")
         fig.supylabel("expect(n, τ): % of peak")
         table = pd.DataFrame(rows)
-        image, csv = _save(fig, table, out_dir, f"{name}-{fp}")
+        image, csv = save_figure(fig, table, out_dir, f"{name}-{fp}")
         same = table[table["layer"] == meta["layer"]]
         if not same.empty:
             row = same.iloc[0]
@@ -216,7 +216,7 @@ def expect_curves(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
         )
         if cap == "partial" and verdict == "reproduced":
             verdict = "partial"
-        figures.append(_paper(
+        figures.append(paper_figure(
             name, fp, part, measured=f"expect(25, 0.9) = {ours:.1f}% of peak {where}", verdict=verdict,
             statistic="expect(n, τ) = empirical quantile at (1-τ)^(1/n) of the sample; 95% percentile "
             "bootstrap CI; reproduced within 10 points of 82% (or above)", image=image, csv=csv,
@@ -333,7 +333,7 @@ def best_vs_onednn(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
                              "onednn": weighted(t, "onednn_vs"), "onednn of 1000": weighted(big, "onednn_vs"),
                              "layers of 1000": len(big), "layers": len(t)})  # fmt: skip
         avg_t = pd.DataFrame(averages)
-        image, csv = _save(fig, table, out_dir, f"{name}-{fp}")
+        image, csv = save_figure(fig, table, out_dir, f"{name}-{fp}")
         both = complete.dropna(subset=["onednn_vs"])
         against = f"oneDNN {_versions(lib_cols[versus])}"
         short = table.loc[table[small_col].isna(), "layer"].tolist()
@@ -401,7 +401,7 @@ def best_vs_onednn(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
                 )
             if short:
                 measured += f"; left out (fewer than {small} draws): {', '.join(short)}"
-        figures.append(_paper(
+        figures.append(paper_figure(
             name, fp, part, measured=measured, verdict=verdict,
             statistic="median % of calibrated peak; best of the first 100 / 1000 candidates in proposal "
             "order (NaN for a layer with fewer draws; a smaller run shows the best of its draws, labelled); "
@@ -569,7 +569,7 @@ def convergence(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
         a2.set(xlabel="candidates proposed (TVM: trials measured)", ylabel="best so far (% of peak)",
                xscale="log")  # fmt: skip
         a2.legend(fontsize=8)
-        image, csv = _save(fig, best_first, out_dir, f"{name}-{fp}")
+        image, csv = save_figure(fig, best_first, out_dir, f"{name}-{fp}")
         med = best_first.groupby("strategy")["perf0"].median()
         tuner = "tvm" if "tvm" in series else "optuna"  # TVM's auto-scheduler is the thesis's auto-tuner
         ours = float(med["random"] - med[tuner])
@@ -584,7 +584,7 @@ def convergence(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
             measured += (f"; TVM's curve is TVM's own timing ({tvm_conv.RUNNER}), its exported modules "
                          f"timed by the harness: {final['final'].median():.1f}% "
                          f"(median of {len(final)})")  # fmt: skip
-        figures.append(_paper(
+        figures.append(paper_figure(
             name, fp, summary[summary["machine_fingerprint"] == fp], verdict=verdict, measured=measured,
             statistic=f"median over runs of the best of the first {first} proposals (failed = 0%); "
             f"reproduced if random >= the auto-tuner ({TUNERS[tuner]})",
@@ -641,7 +641,7 @@ def single_vs_all(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
             continue
         table = pd.DataFrame(rows)
         fig = _survival_grid(samples, "fraction of candidates >= x")
-        image, csv = _save(fig, table, out_dir, f"{name}-{fp}")
+        image, csv = save_figure(fig, table, out_dir, f"{name}-{fp}")
         with_forced = table.dropna(subset=["max forced"])
         if not with_forced.empty:
             row = with_forced.iloc[0]
@@ -655,7 +655,7 @@ def single_vs_all(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
         else:
             verdict, ours = "partial", float("nan")
             measured = "the forced U_{17,h} V_k run is missing; All vs Single curves only"
-        figures.append(_paper(
+        figures.append(paper_figure(
             name, fp, part, measured=measured, verdict=verdict,
             statistic="maximum % of peak of the combined space minus that of the forced single microkernel "
             "on "
@@ -698,10 +698,10 @@ def divisibility(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
         table = pd.DataFrame(rows)
         table["max gap"] = table["max free"] - table["max divisible"]
         fig = _survival_grid(samples, "fraction of candidates >= x")
-        image, csv = _save(fig, table, out_dir, f"{name}-{fp}")
+        image, csv = save_figure(fig, table, out_dir, f"{name}-{fp}")
         gap = float(table["max gap"].abs().median())
         verdict = "reproduced" if gap <= tol else "partial" if gap <= 2 * tol else "differs"
-        figures.append(_paper(
+        figures.append(paper_figure(
             name, fp, both, measured=f"median over {len(table)} layers of |max free - max divisible| = "
             f"{gap:.1f} points; free median above divisible median on "
             f"{int((table['median free'] > table['median divisible']).sum())}/{len(table)} layers",
@@ -740,10 +740,10 @@ def fixed_permutation(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]
             continue
         table = pd.DataFrame(rows)
         fig = _survival_grid(samples, "fraction of candidates >= x")
-        image, csv = _save(fig, table, out_dir, f"{name}-{fp}")
+        image, csv = save_figure(fig, table, out_dir, f"{name}-{fp}")
         diff = float((table["median fixed"] - table["median searched"]).median())
         higher = int((table["max searched, first n fixed"] > table["max fixed"]).sum())
-        figures.append(_paper(
+        figures.append(paper_figure(
             name, fp, both, measured=f"median over {len(table)} layers of (median fixed - median searched) = "
             f"{diff:+.1f} points; the searched permutation's best of as many draws as the fixed one is "
             f"higher on {higher}/{len(table)} layers", verdict="partial",
@@ -783,7 +783,7 @@ def strategies(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
         table.set_index("workload")[series].plot.bar(ax=ax)
         ax.set(ylabel="best % of calibrated peak", ylim=(0, 105), xlabel="")
         ax.legend(fontsize=8, bbox_to_anchor=(1.01, 1), loc="upper left")
-        image, csv = _save(fig, table, out_dir, f"{name}-{fp}")
+        image, csv = save_figure(fig, table, out_dir, f"{name}-{fp}")
         rnd, mod = "random (best of 100)", "model filter (top 100)"
         both = table.dropna(subset=[rnd, mod])
         not_worse = int((both[rnd] >= both[mod] - 2).sum())
@@ -802,7 +802,7 @@ def strategies(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
                 f"{ahead}/{len(normed)} layers; geometric means "
                 + ", ".join(f"{c.split(' (')[0]} x{g:.2f}" for c, g in geo.items())
             )
-        figures.append(_paper(
+        figures.append(paper_figure(
             name, fp, summary[summary["machine_fingerprint"] == fp], verdict=verdict,
             measured=measured, statistic="best % of peak among the first 100 proposals of "
             "each "
@@ -854,7 +854,7 @@ def parallel(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
         ax.set(ylabel="% of one core's calibrated peak", ylim=(0, 100 * threads + 10))
         ax.axhline(100, ls=":", c="#888", lw=1)
         ax.legend(fontsize=8, bbox_to_anchor=(1.01, 1), loc="upper left")
-        image, csv = _save(fig, best, out_dir, f"{name}-{fp}")
+        image, csv = save_figure(fig, best, out_dir, f"{name}-{fp}")
         med = float(best["speed-up"].median())
         measured = f"median speed-up of the best parallel over the best sequential: x{med:.2f}"
         compared = best.dropna(subset=["vs onednn"])
@@ -872,7 +872,7 @@ def parallel(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
                 f"{ratios.min():.2f}-{ratios.max():.2f}), on par (>= x{par_on:g}) or ahead on "
                 f"{on_par}/{len(compared)} layers"
             )
-        figures.append(_paper(
+        figures.append(paper_figure(
             name, fp, both, measured=measured, verdict=verdict,
             statistic=f"best median % of (one core's) peak per layer; the thesis's 'most of the time on "
             f"par' with a parallel auto-tuner read as: the best parallel candidate >= x{par_on:g} the faster "

@@ -29,7 +29,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from harness.microbench import wall_times  # noqa: E402
-from reports.figures import CLAIMS, PaperFigure, _paper, _save, results_dir_of  # noqa: E402
+from reports.figures import CLAIMS, PaperFigure, paper_figure, results_dir_of, save_figure  # noqa: E402
 
 BEST = "ttile_microkernel_best"
 COST = "ttile_selection_cost"
@@ -95,9 +95,9 @@ def best_microkernel(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
         table = ok.assign(rank=x, microkernel=ok["workload"].astype(str).str.removeprefix("ukbench-"))[
             ["rank", "microkernel", "pct", "pct_peak_median_ci_low", "pct_peak_median_ci_high", "flags"]
         ]
-        image, csv = _save(fig, table, out_dir, f"{BEST}-{exp}-{fp}")
+        image, csv = save_figure(fig, table, out_dir, f"{BEST}-{exp}-{fp}")
         figures.append(
-            _paper(
+            paper_figure(
                 BEST,
                 fp,
                 part,
@@ -189,9 +189,9 @@ def selection_cost(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
         ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=len(PHASES))
         fig.tight_layout()
         table = runs[[c for c in COST_COLUMNS if c in runs.columns]]
-        image, csv = _save(fig, table, out_dir, f"{COST}-{op}-{isa}-{fp}")
+        image, csv = save_figure(fig, table, out_dir, f"{COST}-{op}-{isa}-{fp}")
         figures.append(
-            _paper(
+            paper_figure(
                 COST,
                 fp,
                 part,

@@ -100,7 +100,7 @@ def _nan(value: object) -> bool:
         return False
 
 
-def _paper(name: str, fp: object, part: pd.DataFrame, **measured: Any) -> PaperFigure:
+def paper_figure(name: str, fp: object, part: pd.DataFrame, **measured: Any) -> PaperFigure:
     """A figure of ``name`` on machine ``fp``: the paper's side from the claims, ours from ``measured``.
 
     Claims may carry ``paper_text`` (the paper's number in words) and ``experiment``; both become
@@ -131,11 +131,11 @@ def mean_ci(values: Any, level: float = 0.95) -> tuple[float, float]:
     return float(lo), float(hi)
 
 
-def _ok(summary: pd.DataFrame, experiment: str) -> pd.DataFrame:
+def ok_rows(summary: pd.DataFrame, experiment: str) -> pd.DataFrame:
     return summary[(summary["experiment"] == experiment) & (summary["status"] == "ok")].copy()
 
 
-def _save(fig: plt.Figure, data: pd.DataFrame, out_dir: Path, stem: str) -> tuple[str, str]:
+def save_figure(fig: plt.Figure, data: pd.DataFrame, out_dir: Path, stem: str) -> tuple[str, str]:
     out_dir.mkdir(parents=True, exist_ok=True)
     fig.savefig(out_dir / f"{stem}.png", dpi=110, bbox_inches="tight")
     plt.close(fig)
@@ -146,7 +146,7 @@ def _save(fig: plt.Figure, data: pd.DataFrame, out_dir: Path, stem: str) -> tupl
 def hoisting(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
     """§4.3: every scheme measured with hoisting on and off; the ratio of their median % of peak."""
     meta = CLAIMS["ttile_s4_3_hoisting"]
-    ok = _ok(summary, meta["experiment"])
+    ok = ok_rows(summary, meta["experiment"])
     ok = ok[(ok["candidate_kind"] == "scheme") & (ok["timing_mode"] == "hot")]
     figures = []
     for fp, part in ok.groupby("machine_fingerprint"):
@@ -181,7 +181,7 @@ def hoisting(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
             xlabel="% of calibrated peak (median); dashed: the paper's 45% and 90%", ylabel="", xlim=(0, 105)
         )
         ax.legend(title="accumulators", loc="lower right")
-        image, csv = _save(fig, pairs, out_dir, f"ttile_s4_3_hoisting-{fp}")
+        image, csv = save_figure(fig, pairs, out_dir, f"ttile_s4_3_hoisting-{fp}")
         paper_ratio = meta["paper_numbers"]["with"] / meta["paper_numbers"]["without"]
         table = pairs[
             ["scheme", "not hoisted", "not hoisted ci low", "not hoisted ci high"]
@@ -189,7 +189,7 @@ def hoisting(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
         ]
         reproduced = best["hoisted"] >= 80.0 and best["ratio"] >= 1.5
         figures.append(
-            _paper(
+            paper_figure(
                 "ttile_s4_3_hoisting",
                 fp,
                 part,
@@ -232,7 +232,7 @@ def fig5_6_series(label: str, kind: str) -> str:
 def small_matmul(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
     """Fig 5.6: the best candidate of each series per I; mean and spread over I per series."""
     meta = CLAIMS["ttile_fig5_6"]
-    ok = _ok(summary, meta["experiment"])
+    ok = ok_rows(summary, meta["experiment"])
     figures = []
     for fp, part in ok.groupby("machine_fingerprint"):
         series = [fig5_6_series(lbl, k) for lbl, k in zip(part["label"], part["candidate_kind"], strict=True)]
@@ -252,7 +252,7 @@ def small_matmul(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
         sns.lineplot(data=best, x="I", y="pct_peak_median", hue="series", hue_order=order, marker="o", ax=ax)
         ax.set(xlabel="I (J = K = 128)", ylabel="% of calibrated peak (median)", ylim=(0, 105))
         ax.legend(fontsize=8, loc="lower right")
-        image, csv = _save(fig, best, out_dir, f"ttile_fig5_6-{fp}")
+        image, csv = save_figure(fig, best, out_dir, f"ttile_fig5_6-{fp}")
         comb = stats[stats["series"] == SERIES[0]]
         libs = stats[~stats["series"].isin(SERIES)]
         verdict, measured = "differs", "no combination series measured"
@@ -270,7 +270,7 @@ def small_matmul(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
                 steadiest = c["std"] <= stats["std"].min() + 1e-9
                 verdict = "reproduced" if above and steadiest else "partial" if above else "differs"
         figures.append(
-            _paper(
+            paper_figure(
                 "ttile_fig5_6",
                 fp,
                 part,
@@ -323,7 +323,7 @@ def microkernel_slice(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]
         n_sel, best = int(data["selected"].sum()), data.loc[data["pct_peak_median"].idxmax()]
         verdict = "reproduced" if n_sel >= 10 else "partial" if n_sel else "differs"
         figures.append(
-            _paper(
+            paper_figure(
                 "ttile_fig5_2",
                 fp,
                 part,

@@ -131,9 +131,9 @@ def test_unknown_library_renders_as_unsupported_and_a_bad_scheme_as_error() -> N
     """A library this checkout does not know yet (a space may list it before its renderer lands) is an
     unsupported row, not an exception; an illegal scheme stays an error row."""
     w = Workload.make("cv", "conv2d", {"h": 2, "w": 2, "k": 8, "c": 2, "r": 1, "s": 1})
-    status, reason = exp_mod._render(Candidate("baseline", "not_a_library_yet"), w)  # type: ignore[misc]
+    status, reason = exp_mod.render_or_failure(Candidate("baseline", "not_a_library_yet"), w)  # type: ignore[misc]
     assert status == "unsupported" and "not_a_library_yet" in reason
-    status, _ = exp_mod._render(scheme("[U_{3,w}, V_k]"), w)  # type: ignore[misc]
+    status, _ = exp_mod.render_or_failure(scheme("[U_{3,w}, V_k]"), w)  # type: ignore[misc]
     assert status == "error"
 
 

@@ -123,3 +123,18 @@ def test_a_kind_declared_twice_is_named(monkeypatch) -> None:  # noqa: ANN001
         ValueError, match="'conv_algo' is declared by both studies 'permutations' and 'yaconv'"
     ):
         studies.declared("RENDERERS")
+
+
+def test_no_private_name_crosses_modules() -> None:
+    """``from harness.experiment import _base_row`` made a private helper another module's API."""
+    crossing = {}
+    for package in (*CORE, studies.PACKAGE):
+        for path in (ROOT / package).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                    private = [
+                        a.name for a in node.names if a.name.startswith("_") and not a.name.startswith("__")
+                    ]
+                    if private and node.module.split(".")[0] in (*CORE, studies.PACKAGE):
+                        crossing[str(path.relative_to(ROOT))] = private
+    assert crossing == {}

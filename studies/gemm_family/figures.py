@@ -22,7 +22,7 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from harness.analysis import n_rounds, round_ratio  # noqa: E402
-from reports.figures import CLAIMS, PaperFigure, _ok, _paper, _save, mean_ci  # noqa: E402
+from reports.figures import CLAIMS, PaperFigure, mean_ci, ok_rows, paper_figure, save_figure  # noqa: E402
 
 LANES = {"avx2": 8, "avx512": 16}
 RESIDENT_C = ("B3A2C0", "A3B2C0")
@@ -41,7 +41,7 @@ def frame(summary: pd.DataFrame, experiment: str) -> pd.DataFrame:
     count, library or family member (variant, mr, nr, pack, stage, parallel, blocks vs the model)."""
     from studies.gemm_family.kernels import identify
 
-    ok = _ok(summary, experiment)
+    ok = ok_rows(summary, experiment)
     if ok.empty:
         return ok
     counts = _layer_counts()
@@ -158,7 +158,7 @@ def fig13(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
                 libs.assign(stage=libs["library"])[["stage", "gflops", "pct", "text"]],
             ]
         )
-        image, csv = _save(fig, table, out_dir, f"{name}-{wl}-{fp}")
+        image, csv = save_figure(fig, table, out_dir, f"{name}-{wl}-{fp}")
         g = stages.set_index("stage")["gflops"]
         opt = float(g["optimized"])
         blis = libs[libs["library"] == "blis"]
@@ -182,7 +182,7 @@ def fig13(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
         measured += f"; optimized / packed x{jump:.1f}" if jump else ""
         measured += "; " + ", ".join(f"{s} {g[s]:.1f}" for s in order)
         figures.append(
-            _paper(
+            paper_figure(
                 name,
                 fp,
                 part,
@@ -251,7 +251,7 @@ def fig16(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
         ax.set(xlabel="ResNet50 v1.5 layer type (Table 1)", ylabel="GFLOP/s (median)")
         ax.set_ylim(0, long["gflops"].max() * 1.12)  # room for the rotated kernel labels above the bars
         ax.legend(bbox_to_anchor=(1.01, 1), loc="upper left")  # beside the bars, not on the kernel labels
-        image, csv = _save(fig, table, out_dir, f"{name}-{fp}")
+        image, csv = save_figure(fig, table, out_dir, f"{name}-{fp}")
         measured_rows = table.dropna(subset=["ratio"])
         won = measured_rows[measured_rows["ratio"] >= 1.0]
         n_layers, n_won = int(measured_rows["layers"].sum()), int(won["layers"].sum())
@@ -263,7 +263,7 @@ def fig16(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
         counts = ours.groupby("workload")["text"].nunique()  # microkernels measured per layer type
         tried = f"{counts.min()}" if counts.min() == counts.max() else f"{counts.min()}-{counts.max()}"
         figures.append(
-            _paper(
+            paper_figure(
                 name,
                 fp,
                 part,
@@ -312,7 +312,7 @@ def fig19(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
         )
         ax.tick_params(axis="x", rotation=60)
         ax.set(xlabel="", ylabel="GFLOP/s (median)")
-        image, csv = _save(fig, wide, out_dir, f"{name}-{fp}")
+        image, csv = save_figure(fig, wide, out_dir, f"{name}-{fp}")
         sq, rn = wide[wide["square"]], wide[~wide["square"]]
         holds = []
         if len(sq):  # packing does not pay on small squares: not packing both is at least as fast
@@ -320,7 +320,7 @@ def fig19(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
         if len(rn) and "none" in rn:  # packing pays on the layers: both beats none on most
             holds.append(bool((rn["both"] >= rn["none"]).mean() >= 0.5))
         figures.append(
-            _paper(
+            paper_figure(
                 name,
                 fp,
                 part,
@@ -370,12 +370,12 @@ def fig20(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
         ax.axhline(1.0, c="#888", lw=1)
         ax.tick_params(axis="x", rotation=60)
         ax.set(xlabel="", ylabel="speed-up over sequential B3A2C0 (2 threads)")
-        image, csv = _save(fig, wide, out_dir, f"{name}-{fp}")
+        image, csv = save_figure(fig, wide, out_dir, f"{name}-{fp}")
         winners = wide["best loop"].value_counts().to_dict()
         top = wide[[f"{c} speed-up" for c in loops]].max(axis=1)
         holds = [bool((top > 1.0).mean() >= 0.5), len(winners) >= 2]
         figures.append(
-            _paper(
+            paper_figure(
                 name,
                 fp,
                 part,
@@ -414,7 +414,7 @@ def fig21(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
         sns.barplot(data=ours, x="workload", y="gflops", hue="variant", ax=ax)
         ax.tick_params(axis="x", rotation=60)
         ax.set(xlabel="", ylabel="GFLOP/s (median)")
-        image, csv = _save(fig, wide, out_dir, f"{name}-{fp}")
+        image, csv = save_figure(fig, wide, out_dir, f"{name}-{fp}")
         cb = wide["resident C / resident B"]
         holds = [bool((cb >= 1 + TIE).mean() >= 0.9)]
         if "B3A2C0 / A3B2C0" in wide:
@@ -424,7 +424,7 @@ def fig21(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
             )
         lo, hi = mean_ci(cb)
         figures.append(
-            _paper(
+            paper_figure(
                 name,
                 fp,
                 part,
@@ -479,7 +479,7 @@ def headline(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
         ax.tick_params(axis="x", rotation=60)
         ax.set(xlabel="", ylabel="% of calibrated peak (median)")
         ax.legend(fontsize=7, bbox_to_anchor=(1.01, 1), loc="upper left")  # beside the bars, not on them
-        image, csv = _save(fig, table, out_dir, f"{name}-{fp}")
+        image, csv = save_figure(fig, table, out_dir, f"{name}-{fp}")
         sq = table[table["square"].notna()].dropna(subset=["ratio"])
         rect = table[table["layer_type"].notna() & (table["layer_type"] <= 11)].dropna(subset=["ratio"])
         holds = []
@@ -495,7 +495,7 @@ def headline(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
             for r in [rows.iloc[0]]
         ]
         figures.append(
-            _paper(
+            paper_figure(
                 name,
                 fp,
                 part,
@@ -574,12 +574,12 @@ def model(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
             marker="D",
         )
         ax.set(xlabel="", ylabel="GFLOP/s (median); red: the model's blocks")
-        image, csv = _save(fig, table, out_dir, f"{name}-{fp}")
+        image, csv = save_figure(fig, table, out_dir, f"{name}-{fp}")
         worst = float(table["gap %"].max())
         near, part_limit = meta["paper_numbers"]["near"], meta["paper_numbers"]["partial"]
         verdict = "reproduced" if worst <= near else "partial" if worst <= part_limit else "differs"
         figures.append(
-            _paper(
+            paper_figure(
                 name,
                 fp,
                 part,

@@ -12,7 +12,7 @@ import pandas as pd
 from scipy.stats import gmean
 
 from harness import distributions as dist
-from reports.figures import CLAIMS, PaperFigure, _paper, _save, results_dir_of
+from reports.figures import CLAIMS, PaperFigure, paper_figure, results_dir_of, save_figure
 
 PREFIX = "parlooper-gemm-"
 
@@ -77,10 +77,10 @@ def _vs_onednn(
         gf.index = [i.removeprefix(prefix) for i in gf.index]
         gf.plot.bar(ax=ax, rot=30 if len(gf) > 4 else 0)
         ax.set(ylabel="GFLOP/s (median)", xlabel=xlabel)
-        image, csv = _save(fig, data, out_dir, f"{claim}-{fp}")
+        image, csv = save_figure(fig, data, out_dir, f"{claim}-{fp}")
         target = meta["target_geomean"]
         figures.append(
-            _paper(
+            paper_figure(
                 claim, fp, part,
                 measured=f"geometric mean of oneDNN time / best loop-string time over {len(ratio)} shapes: "
                 f"{geo:.2f}x ("
@@ -134,12 +134,12 @@ def model_vs_measured(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]
                 reach.append(f"{exp.removeprefix(PREFIX)} {ours:.3f} (random {len(top)}: {chance:.3f})")
             if len(e) >= 3:
                 rhos.append(float(spearmanr(e["predicted_flops_per_cycle"], e["gflops_median"])[0]))
-        image, csv = _save(fig, j[["experiment", "loop_string", "options", "predicted_cycles",
+        image, csv = save_figure(fig, j[["experiment", "loop_string", "options", "predicted_cycles",
                                    "predicted_flops_per_cycle", "in_top5_classes", "gflops_median"]], out_dir,
                            f"parlooper_fig6_model-{fp}")  # fmt: skip
         frac = sum(hits) / len(hits)
         figures.append(
-            _paper(
+            paper_figure(
                 "parlooper_fig6_model", fp, part,
                 measured=f"measured best in the model's top-5 classes on {sum(hits)}/{len(hits)} GEMMs; "
                 f"Spearman(model, measured) " + ", ".join(f"{r:.2f}" for r in rhos)

@@ -18,7 +18,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from reports.figures import CLAIMS, PaperFigure, _paper, _save, results_dir_of
+from reports.figures import CLAIMS, PaperFigure, paper_figure, results_dir_of, save_figure
 from studies.permutations import kernels as perm
 from studies.permutations import study as permstudy
 
@@ -132,11 +132,11 @@ def signatures(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
             ax.set(ylabel="/ best", title=layer)
             ax.legend(fontsize=7, loc="upper right")
         axes[-1, 0].set_xlabel("loop order, Steinhaus-Johnson-Trotter index")
-        image, csv = _save(fig, pd.concat(rows), out_dir, f"permutations_fig4_3-{exp}-{fp}")
+        image, csv = save_figure(fig, pd.concat(rows), out_dir, f"permutations_fig4_3-{exp}-{fp}")
         mean_ratio = float(np.mean(ratios))
         lo, hi = CLAIMS["permutations_fig4_3"]["paper_numbers"]["worst_over_best_band"]
         figures.append(
-            _paper(
+            paper_figure(
                 "permutations_fig4_3", fp, _cpu(part),
                 measured=f"{exp}: {len(layers)} layers, cache {cache}: worst/best simulated cycles "
                 f"{mean_ratio:.2f}x on average (per layer: "
@@ -202,7 +202,7 @@ def winners(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
             )
             measured = pd.DataFrame({"order": tt.index, "measured_average": tt.mean(axis=1)})
             data = data.merge(measured.reset_index(drop=True), on="order", how="left")
-        image, csv = _save(
+        image, csv = save_figure(
             fig, data.sort_values("average", ascending=False), out_dir, f"permutations_fig4_7-{exp}-{fp}"
         )
         ours = w["top_average"]["average"]
@@ -213,7 +213,7 @@ def winners(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
             else "partial" if ours >= 0.85 else "differs"
         )  # fmt: skip
         figures.append(
-            _paper(
+            paper_figure(
                 "permutations_fig4_7", fp, _cpu(part),
                 measured=f"{exp}, simulated ({cache}, {table.shape[1]} layers): top average "
                 f"{w['top_average']['order']} {ours:.3f} (worst {w['top_average']['worst']:.3f}); top "
@@ -256,7 +256,7 @@ def pairs(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
                 title=f"pairs, {name}: {tab.shape[0]} orders, {tab.shape[1]} layers",
             )  # fmt: skip
             keep.append(pr.nlargest(2000, "average").assign(source=name))
-        image, csv = _save(fig, pd.concat(keep), out_dir, f"permutations_fig5_3-{exp}-{fp}")
+        image, csv = save_figure(fig, pd.concat(keep), out_dir, f"permutations_fig5_3-{exp}-{fp}")
         text = [
             f"{name} ({panels[name].shape[1]} layers): best pair {top['a']} + {top['b']}: average "
             f"{top['average']:.3f}, worst {top['worst']:.3f}"
@@ -264,7 +264,7 @@ def pairs(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
         ]
         ours = float(next(iter(tops.values()))["average"])
         figures.append(
-            _paper(
+            paper_figure(
                 "permutations_fig5_3", fp, _cpu(part),
                 measured="; ".join(text) + _left_out(panels.get("measured", pd.DataFrame())),
                 verdict="reproduced" if ours >= meta["top_pair_average"] - 0.02 else "partial"
@@ -310,9 +310,9 @@ def sorted_speedups(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
                 f"{name}: hardest of {tab.shape[1]} layers has {hardest}/{n} orders >= {meta['good']}; 10 "
                 f"random orders contain one with p={p10:.3f}, 26 with p={p26:.3f}"
             )
-        image, csv = _save(fig, pd.concat(rows), out_dir, f"permutations_fig5_4-{exp}-{fp}")
+        image, csv = save_figure(fig, pd.concat(rows), out_dir, f"permutations_fig5_4-{exp}-{fp}")
         figures.append(
-            _paper(
+            paper_figure(
                 "permutations_fig5_4", fp, _cpu(part),
                 measured="; ".join(text) + _left_out(panels.get("measured", pd.DataFrame())),
                 verdict="reproduced" if p26s[0] >= 0.95 else "partial" if p26s[0] >= 0.8 else "differs",
@@ -356,10 +356,10 @@ def cache_configs(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
         rhos = [float(spearmanr(avg[a], avg[b])[0]) for a, b in zip(caches, caches[1:], strict=False)]
         top10 = [set(avg[c].nlargest(10).index) for c in caches]
         common = len(set.intersection(*top10))
-        image, csv = _save(fig, avg.reset_index(), out_dir, f"permutations_fig5_1-{exp}-{fp}")
+        image, csv = save_figure(fig, avg.reset_index(), out_dir, f"permutations_fig5_1-{exp}-{fp}")
         ours = float(np.mean(rhos))
         figures.append(
-            _paper(
+            paper_figure(
                 "permutations_fig5_1", fp, _cpu(part),
                 measured=f"{len(caches)} configurations ({', '.join(caches)}), {part['layer'].nunique()} "
                 f"layers: Spearman of average speedups between neighbouring axes "
@@ -413,11 +413,11 @@ def threads(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
         ax.set(xlabel="SJT index", ylabel="average speedup vs each layer's best", title=f"{exp}: {what}")
         ax.legend(fontsize=8, bbox_to_anchor=(1.01, 1), loc="upper left")  # beside the curves
         data = pd.concat(rows)
-        image, csv = _save(fig, data, out_dir, f"permutations_fig4_4-{exp}-{fp}")
+        image, csv = save_figure(fig, data, out_dir, f"permutations_fig4_4-{exp}-{fp}")
         tmax = data[data["threads"] == ts[-1]]
         gap = float(tmax[~tmax["kernel_outer"]]["avg"].mean() - tmax[tmax["kernel_outer"]]["avg"].mean())
         figures.append(
-            _paper(
+            paper_figure(
                 "permutations_fig4_4", fp, _cpu(part),
                 measured=f"threads {ts} ({cache}): at {ts[-1]} threads the 240 ky/kx-outermost orders "
                 f"average {tmax[tmax['kernel_outer']]['avg'].mean():.3f} vs "
@@ -462,13 +462,13 @@ def validation(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
                 )
             ax.set(xlabel=f"simulated cycles / best ({cache})", ylabel="measured time / best")
             ax.legend(fontsize=7)
-        image, csv = _save(fig, part, out_dir, f"permutations_validation-{fp}")
+        image, csv = save_figure(fig, part, out_dir, f"permutations_validation-{fp}")
         host = part[part["cache"] == "host"] if "host" in caches else part
         # the headline is the default study (the harness's flags); other experiments (e.g. -O0) are listed
         main = host[host["experiment"] == DEFAULT_EXPERIMENT]
         ours = float((main if len(main) else host)["spearman"].mean())
         figures.append(
-            _paper(
+            paper_figure(
                 "permutations_validation", fp, _cpu(t.assign(cpu_model=t["cpu_model"])),
                 measured="Spearman per layer and configuration: " + "; ".join(
                     f"{r.layer}{'' if r.experiment == DEFAULT_EXPERIMENT else f' ({r.experiment})'} "

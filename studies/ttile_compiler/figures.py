@@ -28,7 +28,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from reports.figures import CLAIMS, PaperFigure, _paper, _save  # noqa: E402
+from reports.figures import CLAIMS, PaperFigure, paper_figure, save_figure  # noqa: E402
 
 NAME = "ttile_s4_3_compilers"
 PREFIX = "ttile_compiler-"
@@ -179,11 +179,11 @@ def compilers(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
         fig = plot(part, f"§4.3 compiler study on {part['cpu_model'].iloc[0]}")
         cols = ["microkernel", "cc", "opt", "fma", "hoist", "pct", "pct_peak_median_ci_low",
                 "pct_peak_median_ci_high", "flags", "label", "experiment"]  # fmt: skip
-        image, csv = _save(fig, part[cols], out_dir, f"{NAME}-{fp}")  # CSV: every plotted point
+        image, csv = save_figure(fig, part[cols], out_dir, f"{NAME}-{fp}")  # CSV: every plotted point
         ref = table[table["fma"] & table["hoist"]]
         best = ref.loc[ref["median_pct"].idxmax()] if len(ref) else None
         figures.append(
-            _paper(
+            paper_figure(
                 NAME,
                 fp,
                 part,

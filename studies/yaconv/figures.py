@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-from reports.figures import CLAIMS, PaperFigure, _ok, _paper, _save, mean_ci, results_dir_of
+from reports.figures import CLAIMS, PaperFigure, mean_ci, ok_rows, paper_figure, results_dir_of, save_figure
 
 YACONV, OURS, IM2COL = "yaconv (ukr=blis)", "yaconv (ukr=ours)", "im2col (gemm=blis)"
 AUTO = "yaconv (shape=auto,ukr=ours)"  # our microkernel in the shape chosen per layer (choose_shape)
@@ -56,7 +56,7 @@ def geomean_ci(ratios: pd.Series) -> tuple[float, float, float]:
 
 def ratios(summary: pd.DataFrame, experiment: str) -> dict[str, pd.DataFrame]:
     """Per machine: one line per layer with the median GFLOPS of each algorithm and their ratios."""
-    ok = _ok(summary, experiment)
+    ok = ok_rows(summary, experiment)
     ok = ok[ok["candidate_kind"] == "conv_algo"]
     out = {}
     for fp, part in ok.groupby("machine_fingerprint"):
@@ -140,7 +140,7 @@ def fig5_3(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
             ax.set(ylabel="ratio", xlabel="layer: H W C Fh Fw M Ph Pw (sorted by GFLOPS ratio)")
             ax.legend(fontsize=7)
             stem = f"yaconv_fig5_3-{experiment}-{fp}"
-            image, csv = _save(fig, wide, out_dir, stem)
+            image, csv = save_figure(fig, wide, out_dir, stem)
             extra = ""
             if "ours / blis ukr" in wide:
                 og, olo, ohi = geomean_ci(wide["ours / blis ukr"])
@@ -166,7 +166,7 @@ def fig5_3(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
                 else "differs"
             )
             figures.append(
-                _paper(
+                paper_figure(
                     "yaconv_fig5_3",
                     fp,
                     part,
@@ -206,7 +206,7 @@ def memory(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
 
     meta = CLAIMS["yaconv_memory"]
     figures = []
-    ok = _ok(summary, "yaconv_layers")
+    ok = ok_rows(summary, "yaconv_layers")
     for fp, part in ok.groupby("machine_fingerprint"):
         lines = []
         for wl in sorted(part["workload"].unique()):
@@ -234,7 +234,7 @@ def memory(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
         ax.loglog(data["output bytes"], data["yaconv bytes"], "s", label="YaConv pack buffers + tile")
         ax.set(xlabel="output bytes per image", ylabel="temporary buffer bytes")
         ax.legend()
-        image, csv = _save(fig, data, out_dir, f"yaconv_memory-{fp}")
+        image, csv = save_figure(fig, data, out_dir, f"yaconv_memory-{fp}")
         corr = (
             float(np.corrcoef(np.log(data["output bytes"]), np.log(data["yaconv bytes"]))[0, 1])
             if len(data) > 2
@@ -244,7 +244,7 @@ def memory(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
             "reproduced" if gm >= meta["paper_numbers"]["ratio"] / 2 else "partial" if gm > 1 else "differs"
         )
         figures.append(
-            _paper(
+            paper_figure(
                 "yaconv_memory",
                 fp,
                 part,
@@ -288,7 +288,7 @@ def counter_figure(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
         ax.axhline(1 / meta["paper_numbers"]["cache_access_reduction"], ls="--", c="#888", lw=1)
         ax.set_title(SOURCE, fontsize=9)
         ax.tick_params(axis="x", rotation=90, labelsize=7)
-        image, csv = _save(fig, r, out_dir, f"yaconv_counters-{fp}")
+        image, csv = save_figure(fig, r, out_dir, f"yaconv_counters-{fp}")
         fewer_br = float((r["branches"] < 1).mean())
         gm, lo, hi = geomean_ci(1 / r["l1_accesses"])
         verdict = (
@@ -300,7 +300,7 @@ def counter_figure(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
         )
         sub = summary[summary["machine_fingerprint"] == fp]
         figures.append(
-            _paper(
+            paper_figure(
                 "yaconv_counters",
                 fp,
                 sub if not sub.empty else summary,
@@ -328,7 +328,7 @@ def _heatmap(wide: pd.DataFrame, x: str, y: str, fp: str, name: str, out_dir: Pa
     fig, ax = plt.subplots(figsize=(0.5 * grid.shape[1] + 3, 0.35 * grid.shape[0] + 2))
     sns.heatmap(grid.clip(upper=4), annot=grid.shape[1] <= 14, fmt=".2f", cmap="RdBu", center=1, ax=ax,
                 cbar_kws={"label": "GFLOPS YaConv / im2col (clipped at 4)"})  # fmt: skip
-    return _save(fig, wide, out_dir, f"{name}-{fp}")
+    return save_figure(fig, wide, out_dir, f"{name}-{fp}")
 
 
 def _nr() -> int | None:
@@ -362,7 +362,7 @@ def fig5_4(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
             periodic, text = False, "NR unknown here (no BLIS): period not checked"
         verdict = "reproduced" if periodic and rho < 0 else "partial" if periodic or rho < 0 else "differs"
         figures.append(
-            _paper(
+            paper_figure(
                 "yaconv_fig5_4",
                 fp,
                 part,
@@ -392,7 +392,7 @@ def fig5_6(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
         gm, lo, hi = geomean_ci(wide["ratio"])
         worse = bool(len(small) and len(rest) and gs < gr)
         figures.append(
-            _paper(
+            paper_figure(
                 "yaconv_fig5_6",
                 fp,
                 part,

@@ -36,7 +36,7 @@ from harness import store
 from harness.build import CompilerConfig, build
 from harness.check import CheckConfig, check_output, make_tensors
 from harness.commands import positive_int
-from harness.experiment import Experiment, _base_row, _render
+from harness.experiment import Experiment, base_row, render_or_failure
 from harness.run import build_driver
 from kernels.candidate import Candidate, KernelSource, Workload
 from studies.yaconv.commands.yaconv import SETS, candidates, layer_set
@@ -110,9 +110,9 @@ def measure(
     cand: Candidate, w: Workload, results: Path, m: machine_mod.Machine, cache_dir: Path
 ) -> dict[str, Any]:
     exp = Experiment(EXPERIMENT, w, [cand], results_dir=results, check=CheckConfig())
-    row = _base_row(exp, cand, m)
+    row = base_row(exp, cand, m)
     row["counter_backend"] = "cachegrind"
-    src = _render(cand, w)
+    src = render_or_failure(cand, w)
     if isinstance(src, tuple):
         row["status"], row["reason"] = src
         return row
