@@ -19,7 +19,6 @@ line naming what is wrong.
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import sys
 import traceback
@@ -27,8 +26,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-CONF_DIR = Path(os.environ.get("HARNESS_CONF", ROOT / "conf"))
+from harness.config import CONF_DIR, ROOT
+
 SWEEPS_DIR = ROOT / "sweeps"  # multirun presets: `harness run -m +sweeps=NAME` (conf/sweeps links here)
 COMMANDS = ("run", "show", "calibrate", "report", "export", "microkernels")
 
@@ -100,18 +99,6 @@ def workload_of(c: dict[str, Any]) -> Any:
     op = dict(c["op"])
     op_name = op.pop("name")
     return Workload.make(c["workload"]["name"], op_name, c["workload"]["sizes"], **op)
-
-
-def composed(overrides: list[str]) -> dict[str, Any]:
-    """The default config with ``overrides``, as ``harness run`` composes it, resolved to plain data (for
-    commands that take a workload by name but run outside Hydra's launcher)."""
-    from hydra import compose, initialize_config_dir
-    from omegaconf import OmegaConf
-
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        c = OmegaConf.to_container(compose("config", overrides=overrides), resolve=True)
-    assert isinstance(c, dict)
-    return c
 
 
 def build_experiment(cfg: Any) -> Any:

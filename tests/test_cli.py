@@ -215,3 +215,14 @@ def test_rows_are_valid_parquet(tmp_path: Path) -> None:
     files = list((tmp_path / "rows" / "pq").glob("*.parquet"))
     assert len(files) == 1
     assert list(pd.read_parquet(files[0]).columns) == list(store.COLUMNS)
+
+
+def test_study_commands_time_with_the_timing_group_harness_run_uses() -> None:
+    """One protocol whichever way a measurement starts: a study command's timing is the composed group
+    (conf/timing/<mode>.yaml) with the study's own repetitions on top."""
+    from harness import config
+
+    hot = config.timing("hot", max_reps=7)
+    group = config.composed(["timing=hot"])["timing"]
+    assert hot.max_reps == 7 and hot.warmup_seconds == group["warmup_seconds"] and hot.retime == group["retime"]
+    assert config.timing("fresh").mode == "fresh"

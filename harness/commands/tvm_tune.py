@@ -19,12 +19,12 @@ import sys
 import tempfile
 from pathlib import Path
 
+from harness import config, store
 from harness import machine as machine_mod
-from harness import store
-from harness.cli import CONF_DIR, composed, workload_of
+from harness.cli import workload_of
 from harness.commands import positive_int
+from harness.config import CONF_DIR, composed
 from harness.experiment import Experiment, run_experiment
-from harness.run import TimingConfig
 from kernels import tvm_conv
 from kernels.baselines import versioned
 from kernels.candidate import Candidate, Workload
@@ -98,8 +98,7 @@ def main(argv: list[str]) -> None:
         print(f"harness tvm-tune: {what}: {reason}", file=sys.stderr)
         raise SystemExit(0 if args.if_available else 2)
     m = machine_mod.detect()
-    default = composed([])["timing"]  # the default timing group, as harness run's
-    timing = TimingConfig(**{**default, "rounds": args.rounds})
+    timing = config.timing("hot", rounds=args.rounds)  # the default timing group, as harness run's
     for n, w in enumerate(layers, 1):
         say = f"[{EXPERIMENT}] layer {n}/{len(layers)} {w.name}"
         cands = []

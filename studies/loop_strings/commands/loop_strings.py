@@ -107,9 +107,9 @@ def main(argv: list[str]) -> None:
             n_time = int(args.time)
         except ValueError:
             _fail(f"--time must be 'all' or an integer, got {args.time!r}")
+    from harness import config
     from harness import machine as machine_mod
     from harness.experiment import Experiment, run_experiment
-    from harness.run import TimingConfig
     from kernels.candidate import Workload
 
     m = machine_mod.detect()
@@ -144,8 +144,8 @@ def main(argv: list[str]) -> None:
         out.parent.mkdir(parents=True, exist_ok=True)
         model.to_parquet(out, index=False)
         libs = baselines(args)
-        timing = TimingConfig(
-            mode="hot", warmup=2, min_reps=5, max_reps=args.max_reps, max_seconds=1.0, threads=args.threads
+        timing = config.timing(  # the hot group, as harness run's, with this study's repetitions
+            "hot", warmup=2, min_reps=5, max_reps=args.max_reps, max_seconds=1.0, threads=args.threads
         )
         w = Workload.make(f"gemm-{shape}", "matmul", sizes)
         exp = Experiment(name, w, timed + libs, timing=timing, results_dir=args.results)
@@ -160,9 +160,9 @@ def conv_main(args: argparse.Namespace) -> None:
         _fail(f"unknown layer(s) {unknown}; allowed: quick, resnet50, {', '.join(lsm.RESNET50)}")
     if args.limit < 1 or args.threads < 1:
         _fail("--limit and --threads must be positive")
+    from harness import config
     from harness import machine as machine_mod
     from harness.experiment import Experiment, run_experiment
-    from harness.run import TimingConfig
     from kernels.candidate import Workload
 
     m = machine_mod.detect()
@@ -171,8 +171,8 @@ def conv_main(args: argparse.Namespace) -> None:
         params = lsm.ConvParams(params.bc, params.bk, params.bw, core=args.core)
         cands = lsm.enumerate_conv(sizes, params, parallel=args.threads > 1, limit=args.limit, seed=args.seed)
         libs = baselines(args)
-        timing = TimingConfig(
-            mode="hot", warmup=2, min_reps=5, max_reps=args.max_reps, max_seconds=1.0, threads=args.threads
+        timing = config.timing(  # the hot group, as harness run's, with this study's repetitions
+            "hot", warmup=2, min_reps=5, max_reps=args.max_reps, max_seconds=1.0, threads=args.threads
         )
         w = Workload.make(f"resnet50-{name}", "conv2d", sizes, stride=stride)
         exp = Experiment(f"{args.experiment}-conv-{name}-t{args.threads}", w, cands + libs, timing=timing,
