@@ -224,5 +224,6 @@ def test_study_commands_time_with_the_timing_group_harness_run_uses() -> None:
 
     hot = config.timing("hot", max_reps=7)
     group = config.composed(["timing=hot"])["timing"]
-    assert hot.max_reps == 7 and hot.warmup_seconds == group["warmup_seconds"] and hot.retime == group["retime"]
+    assert hot.max_reps == 7
+    assert hot.warmup_seconds == group["warmup_seconds"] and hot.retime == group["retime"]
     assert config.timing("fresh").mode == "fresh"
