@@ -193,15 +193,8 @@ def _first(rows: list[dict[str, object]], column: str) -> object:
     return next((r[column] for r in rows if not _missing(r.get(column))), None)
 
 
-#: the row columns a summary line reads (the others, such as the machine's JSON, stay out of its records)
-_SUMMARY_INPUTS: tuple[str, ...] = (
-    *GROUP_KEYS,
-    "status",
-    "reason",
-    "flags",
-    "flops",
-    "peak_gflops",
-    "timestamp",
+#: columns a summary line takes from the first of its rows that has them
+_CARRIED: tuple[str, ...] = (
     "cpu_model",
     "label",
     "candidate_kind",
@@ -212,11 +205,13 @@ _SUMMARY_INPUTS: tuple[str, ...] = (
     "library_version",
     "library_source",
     "search_strategy",
-    "search_seed",
-    "search_index",
-    "times_ns",
-    "round_medians_ns",
-    "round_times",
+)
+#: the row columns a summary line reads (the others, such as the machine's JSON, stay out of its records)
+_SUMMARY_INPUTS: tuple[str, ...] = (
+    *GROUP_KEYS,
+    *_CARRIED,
+    *("status", "reason", "flags", "flops", "peak_gflops", "timestamp", "search_seed", "search_index"),
+    *("times_ns", "round_medians_ns", "round_times"),
 )
 
 
@@ -247,20 +242,11 @@ def _summary_line(rows: list[dict[str, object]]) -> dict[str, object]:
     line: dict[str, object] = {k: rows[0][k] for k in GROUP_KEYS}
     flops, peak = _first(rows, "flops"), _first(rows, "peak_gflops")
     stamps = [str(r["timestamp"]) for r in rows if not _missing(r.get("timestamp"))]
+    line.update({c: _first(rows, c) for c in _CARRIED})
     line.update(
-        cpu_model=_first(rows, "cpu_model"),
-        label=_first(rows, "label"),
-        candidate_kind=_first(rows, "candidate_kind"),
-        target=_first(rows, "target"),
         status=status,
         reason="; ".join(dict.fromkeys(str(r) for r in bad if str(r))),
         flags="; ".join(_flags(rows)),
-        candidate_text=_first(rows, "candidate_text"),
-        candidate_options=_first(rows, "candidate_options"),
-        library=_first(rows, "library"),
-        library_version=_first(rows, "library_version"),
-        library_source=_first(rows, "library_source"),
-        search_strategy=_first(rows, "search_strategy"),
         search_runs=_search_runs(rows),
         timestamp=min(stamps) if stamps else None,
         n_rows=len(rows),
