@@ -31,21 +31,25 @@ STATUS_PRIORITY: tuple[str, ...] = (
     "ok",
 )
 
-SUMMARY_COLUMNS: list[str] = [
-    *GROUP_KEYS,
+#: columns a summary line takes from the first of its rows that has them
+_CARRIED: tuple[str, ...] = (
     "cpu_model",
     "label",
     "candidate_kind",
     "target",
-    "status",
-    "reason",
-    "flags",
     "candidate_text",
     "candidate_options",
     "library",
     "library_version",
     "library_source",
     "search_strategy",
+)
+SUMMARY_COLUMNS: list[str] = [
+    *GROUP_KEYS,
+    *_CARRIED,
+    "status",
+    "reason",
+    "flags",
     "search_runs",
     "timestamp",
     "n_rows",
@@ -193,19 +197,6 @@ def _first(rows: list[dict[str, object]], column: str) -> object:
     return next((r[column] for r in rows if not _missing(r.get(column))), None)
 
 
-#: columns a summary line takes from the first of its rows that has them
-_CARRIED: tuple[str, ...] = (
-    "cpu_model",
-    "label",
-    "candidate_kind",
-    "target",
-    "candidate_text",
-    "candidate_options",
-    "library",
-    "library_version",
-    "library_source",
-    "search_strategy",
-)
 #: the row columns a summary line reads (the others, such as the machine's JSON, stay out of its records)
 _SUMMARY_INPUTS: tuple[str, ...] = (
     *GROUP_KEYS,
