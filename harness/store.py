@@ -583,7 +583,8 @@ def validate_table(table: pa.Table) -> pa.Table:
         first(pc.is_null(out.column(name), nan_is_null=True), f"columns must not be null: {name}")
     for name, allowed in ENUMS.items():
         col = out.column(name)
-        first(pc.invert(pc.is_in(col, pa.array(allowed))), f"column {name}: value not in {allowed}")
+        outside = pc.and_(pc.is_valid(col), pc.invert(pc.is_in(col, pa.array(allowed))))  # null is allowed
+        first(outside, f"column {name}: value not in {allowed}")
     not_ok = pc.not_equal(out.column("status"), "ok")
     for name in PERF_COLUMNS:
         first(pc.and_(not_ok, pc.is_valid(out.column(name))), f"status not ok: timing column {name} set")

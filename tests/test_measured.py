@@ -24,7 +24,10 @@ def test_archive_unpacks_into_readable_rows_and_simulations(archive_path: Path, 
     n = archive.unpack(archive_path, tmp_path)  # validates every row as it writes it back
     df = store.load(tmp_path)
     assert len(df) == n
-    assert df["machine_fingerprint"].notna().all() and df["source_hash"].notna().all()
+    assert df["machine_fingerprint"].notna().all()
+    # every row that was generated names its source (a candidate not applicable here has none: YaConv on a
+    # strided layer)
+    assert df.loc[df["status"] != "unsupported", "source_hash"].notna().all()
     sim = permstudy.load_sim(tmp_path)
     assert n or len(sim), "an archive with neither rows nor simulations"
     if len(sim):

@@ -350,6 +350,9 @@ def test_a_table_validates_as_its_rows_do() -> None:
     assert store.validate_table(_table(rows)).equals(_table(rows))
     old = _table(rows).drop_columns(list(store.OPTIONAL_COLUMNS))  # rows of an older schema
     assert store.validate_table(old).column("library").null_count == 3
+    crashed = {**make_row(candidate_key="k9"), **dict.fromkeys(store.PERF_COLUMNS), "status": "crash"}
+    failed = _table([{**crashed, "check_mode": None}])
+    assert store.validate_table(failed).column("check_mode").null_count == 1  # an enum may be null
 
 
 @pytest.mark.parametrize(
