@@ -11,8 +11,6 @@ workload and timing mode, with its median, CI and repetitions).
 
 from __future__ import annotations
 
-import hashlib
-import re
 from pathlib import Path
 
 import matplotlib
@@ -50,10 +48,6 @@ CSV_COLUMNS = [
 ]
 
 
-def _slug(text: str, n: int = 40) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", str(text)).strip("_.")[:n] or "x"
-
-
 def mark_shown(units: pd.DataFrame, shown: int = SHOWN) -> pd.DataFrame:
     """``units`` (ok summary lines) with a column ``shown``: in each facet (workload x timing mode), every
     reference and the ``shown`` best other candidates by median % of peak."""
@@ -69,23 +63,18 @@ def mark_shown(units: pd.DataFrame, shown: int = SHOWN) -> pd.DataFrame:
 
 
 def plot(
-    reps: pd.DataFrame, units: pd.DataFrame, fig_dir: Path, experiment: str, fingerprint: str
+    reps: pd.DataFrame, units: pd.DataFrame, fig_dir: Path, stem: str, experiment: str, fingerprint: str
 ) -> dict[str, str]:
-    """Draw ``experiment`` on machine ``fingerprint``: ``reps`` its timed repetitions, ``units`` its ok
-    summary lines (both with a ``display`` label; ``shown`` as :func:`mark_shown` sets it, else set here).
-    Returns the PNG and CSV paths, relative to the report."""
-    tag = hashlib.sha256(f"{experiment}\0{fingerprint}".encode()).hexdigest()[:8]
-    stem = f"{_slug(experiment)}-{_slug(fingerprint, 12)}-{tag}"
+    """Draw ``experiment`` on machine ``fingerprint`` into ``fig_dir/<stem>.png`` (its CSV beside it):
+    ``reps`` its timed repetitions, ``units`` its ok summary lines (both with a ``display`` label; ``shown``
+    as :func:`mark_shown` sets it, else set here). Returns the paths, relative to the report, and what the
+    caption says."""
     if "shown" not in units:
         units = mark_shown(units)
     cpu = units["cpu_model"].dropna().iloc[0] if units["cpu_model"].notna().any() else "unknown CPU"
-    kinds = sorted(units["candidate_kind"].dropna().unique())
-    palette = dict(zip(kinds, sns.color_palette("deep", len(kinds)), strict=True))
+    per_workload = units["workload"].nunique() > MANY_WORKLOADS
     with matplotlib.rc_context({"text.parse_math": False}), sns.axes_style("whitegrid"):
-        if units["workload"].nunique() > MANY_WORKLOADS:
-            fig = _per_workload(units)
-        else:
-            fig = _per_candidate(reps, units, palette)
+        fig = _per_workload(units) if per_workload else _per_candidate(reps, units)
         fig.suptitle(f"{experiment} — {cpu} ({fingerprint[:12]})", fontsize=11)
         png = fig_dir / f"{stem}.png"
         fig.savefig(png, dpi=110)
@@ -94,11 +83,11 @@ def plot(
         CSV_COLUMNS
     ].to_csv(csv, index=False)
     return {
-        "png": f"figures/{png.name}",
-        "csv": f"figures/{csv.name}",
+        "png": f"{fig_dir.name}/{png.name}",
+        "csv": f"{fig_dir.name}/{csv.name}",
         "machine_fingerprint": fingerprint,
         "cpu_model": str(cpu),
-        "view": "per workload" if units["workload"].nunique() > MANY_WORKLOADS else "per candidate",
+        "view": "per workload" if per_workload else "per candidate",
         "n_units": str(len(units)),
         "n_shown": str(int(units["shown"].sum())),
     }
@@ -108,9 +97,11 @@ def _xmax(values: pd.Series) -> float:
     return max(105.0, float(values.max()) * 1.05) if values.notna().any() else 105.0
 
 
-def _per_candidate(reps: pd.DataFrame, units: pd.DataFrame, palette: dict) -> Figure:
+def _per_candidate(reps: pd.DataFrame, units: pd.DataFrame) -> Figure:
     """Facets per workload x timing mode: a row per named candidate (dots = repetitions, diamond =
     median), then one box of the others' medians."""
+    kinds = sorted(units["candidate_kind"].dropna().unique())
+    palette = dict(zip(kinds, sns.color_palette("deep", len(kinds)), strict=True))
     workloads = sorted(units["workload"].unique())
     modes = sorted(units["timing_mode"].unique())
     rows_of = {

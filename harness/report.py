@@ -93,7 +93,7 @@ def render_report(
                 part = part[part["candidate_key"].isin(named["candidate_key"])]
                 reps = analysis.repetitions(part, named)
                 reps["display"] = [names[(exp, k)] for k in reps["candidate_key"]]
-                figures.append(experiment_figure.plot(reps, units, fig_dir, exp, fp))
+                figures.append(experiment_figure.plot(reps, units, fig_dir, _stem(exp, fp), exp, fp))
         failed = exp_summary[~ok].sort_values(["machine_fingerprint", "workload", "display"])
         sources = _sources(exp_rows, names)
         experiments.append(
@@ -255,10 +255,16 @@ def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
     return [{k: (None if _isna(v) else v) for k, v in rec.items()} for rec in frame.to_dict("records")]
 
 
-def _table_csv(frame: pd.DataFrame, fig_dir: Path, experiment: str, what: str) -> str:
+def _stem(experiment: str, *details: str) -> str:
+    """A file name of an experiment's figure or table: readable, and unique by a hash of all its parts
+    (slugs of two experiment names may agree)."""
+    tag = hashlib.sha256("\0".join([experiment, *details]).encode()).hexdigest()[:8]
+    return "-".join([_slug(experiment), *(_slug(d) for d in details), tag])
+
+
+def _table_csv(frame: pd.DataFrame, fig_dir: Path, experiment: str, *details: str) -> str:
     """Write ``frame`` as the CSV of one of an experiment's tables; its path relative to the report."""
-    tag = hashlib.sha256(f"{experiment}\0{what}".encode()).hexdigest()[:8]
-    path = fig_dir / f"{_slug(experiment)}-{what}-{tag}.csv"
+    path = fig_dir / f"{_stem(experiment, *details)}.csv"
     frame.drop(columns=["round_medians_ns", "round_times"], errors="ignore").to_csv(path, index=False)
     return f"{fig_dir.name}/{path.name}"
 
@@ -268,13 +274,15 @@ def _summary_by_machine(summary: pd.DataFrame, marked: pd.DataFrame, fig_dir: Pa
     figure names (baselines and the best candidates of each facet, :func:`experiment_figure.mark_shown`)
     and the first :data:`LISTED` failed ones; every line is in its CSV."""
     out = []
-    order = ["workload", "timing_mode", "pct_peak_median", "display"]
+    order = {
+        "by": ["workload", "timing_mode", "pct_peak_median", "display"],
+        "ascending": [True, True, False, True],
+        "na_position": "last",
+    }
     for fp, part in summary.groupby("machine_fingerprint", sort=True):
-        part = part.sort_values(order, ascending=[True, True, False, True], na_position="last")
+        part = part.sort_values(**order)
         named = marked[(marked["machine_fingerprint"] == fp) & marked["shown"]]
-        listed = pd.concat([named, part[part["status"] != "ok"].head(LISTED)]).sort_values(
-            order, ascending=[True, True, False, True], na_position="last"
-        )
+        listed = pd.concat([named, part[part["status"] != "ok"].head(LISTED)]).sort_values(**order)
         cpu = part["cpu_model"].dropna()
         out.append(
             {
@@ -282,7 +290,7 @@ def _summary_by_machine(summary: pd.DataFrame, marked: pd.DataFrame, fig_dir: Pa
                 "cpu_model": cpu.iloc[0] if len(cpu) else "",
                 "rows": _records(listed.drop(columns="shown", errors="ignore")),
                 "n_units": len(part),
-                "csv": _table_csv(part, fig_dir, f"{part['experiment'].iloc[0]}-{fp}", "summary"),
+                "csv": _table_csv(part, fig_dir, part["experiment"].iloc[0], fp, "summary"),
             }
         )
     return out

@@ -44,13 +44,13 @@ def test_a_big_experiment_draws_a_line_per_workload_and_keeps_every_unit_in_the_
     df = frame(rows)
     units = _units(rows)
     reps = analysis.repetitions(df).assign(display=lambda r: r["label"])
-    out = experiment_figure.plot(reps, units, tmp_path, "big", "fp-zen3")
+    out = experiment_figure.plot(reps, units, tmp_path, "big-fig", "big", "fp-zen3")
     assert out["view"] == "per workload" and out["n_units"] == str(len(units))
     assert (tmp_path / Path(out["png"]).name).read_bytes()[:4] == b"\x89PNG"
     csv = pd.read_csv(tmp_path / Path(out["csv"]).name)
     assert len(csv) == len(units) and csv["shown"].sum() == 7 * (experiment_figure.SHOWN + 1)
     small = experiment_figure.plot(reps[reps["workload"] == "layer00"], units[units["workload"] == "layer00"],
-                                   tmp_path, "small", "fp-zen3")  # fmt: skip
+                                   tmp_path, "small-fig", "small", "fp-zen3")  # fmt: skip
     assert small["view"] == "per candidate"
 
 
