@@ -402,19 +402,20 @@ def paper_figures(
         return []
     builders = all_builders() if errors is None else all_builders(errors)
     results = Path(results_dir).resolve() if results_dir is not None else None
-    if workers > 1 and len(builders) > 1 and "fork" in multiprocessing.get_all_start_methods():
-        global _JOB
-        _JOB = (builders, summary, Path(out_dir), results)
-        gc.freeze()  # a worker's collector would touch, and so copy, every page of the parent's objects
-        try:
-            with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
-                outcomes = list(pool.map(_build_one, range(len(builders))))
-        finally:
-            _JOB = None
-            gc.unfreeze()
-    else:
-        job = (builders, summary, Path(out_dir), results)
-        outcomes = [_build_one(i, job, reraise=errors is None) for i in range(len(builders))]
+    global _JOB
+    _JOB = (builders, summary, Path(out_dir), results)
+    try:
+        if workers > 1 and len(builders) > 1 and "fork" in multiprocessing.get_all_start_methods():
+            gc.freeze()  # a worker's collector would touch, and so copy, every page of the parent's objects
+            try:
+                with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+                    outcomes = list(pool.map(_build_one, range(len(builders))))
+            finally:
+                gc.unfreeze()
+        else:
+            outcomes = [_build_one(i, reraise=errors is None) for i in range(len(builders))]
+    finally:
+        _JOB = None
     figures: list[PaperFigure] = []
     for name, built, error in outcomes:
         if error is None:
@@ -426,16 +427,15 @@ def paper_figures(
     return figures
 
 
-#: what a forked worker builds from: (builders, summary, out_dir, results_dir), set before the fork
+#: what the builders build from: (builders, summary, out_dir, results_dir), set before a fork
 _JOB: tuple[list[Builder], pd.DataFrame, Path, Path | None] | None = None
 
 
-def _build_one(
-    i: int, job: tuple[list[Builder], pd.DataFrame, Path, Path | None] | None = None, reraise: bool = False
-) -> tuple[str, list[PaperFigure], str | None]:
-    """Run builder ``i`` of the job (``_JOB`` in a worker): (its name, its figures, None), or (its name,
-    [], the error) unless ``reraise``."""
-    builders, summary, out_dir, results = job if job is not None else _JOB  # type: ignore[misc]
+def _build_one(i: int, reraise: bool = False) -> tuple[str, list[PaperFigure], str | None]:
+    """Run builder ``i`` of :data:`_JOB`: (its name, its figures, None), or (its name, [], the error)
+    unless ``reraise``."""
+    assert _JOB is not None
+    builders, summary, out_dir, results = _JOB
     build = builders[i]
     name = f"{build.__module__}.{build.__qualname__}"
     token = _RESULTS_DIR.set(results)
