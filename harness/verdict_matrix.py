@@ -83,16 +83,18 @@ def plot(
         return None
     fig_dir.mkdir(parents=True, exist_ok=True)
     uarch = microarchitectures or {}
-    lines["row"] = lines["paper"].map(_paper_tag) + " · " + lines["figure"].astype(str)
-    lines["column"] = [
+    lines["line"] = lines["paper"].map(_paper_tag) + " · " + lines["figure"].astype(str)
+    lines["machine"] = [
         machine_label(c, m, uarch.get(m))
         for c, m in zip(lines["cpu_model"], lines["machine_fingerprint"], strict=True)
     ]
     value = lines["verdict"].map(lambda v: VERDICTS.get(v, (0, ABSENT, "?"))[0])
     # a figure built twice on one machine (two experiments of one claim) shows its worst verdict
-    grid = lines.assign(value=value).pivot_table(index="row", columns="column", values="value", aggfunc="min")
+    grid = lines.assign(value=value).pivot_table(
+        index="line", columns="machine", values="value", aggfunc="min"
+    )
     grid = grid.sort_index().reindex(columns=sorted(grid.columns))
-    colours = ListedColormap([ABSENT] + [VERDICTS[v][1] for v in ("differs", "partial", "reproduced")])
+    colours = ListedColormap([ABSENT] + [colour for _, colour, _ in sorted(VERDICTS.values())])  # by value
     marks = {VERDICTS[v][0]: VERDICTS[v][2] for v in VERDICTS}
     n_rows, n_cols = grid.shape
     with matplotlib.rc_context({"text.parse_math": False}):
@@ -125,7 +127,5 @@ def plot(
         png = fig_dir / "verdict-matrix.png"
         fig.savefig(png, dpi=110)
     csv = fig_dir / "verdict-matrix.csv"
-    lines.assign(machine=lines["column"].str.replace("\n", " "), line=lines["row"]).drop(
-        columns=["row", "column"]
-    ).to_csv(csv, index=False)
+    lines.assign(machine=lines["machine"].str.replace("\n", " ")).to_csv(csv, index=False)
     return {"png": f"{fig_dir.name}/{png.name}", "csv": f"{fig_dir.name}/{csv.name}"}
