@@ -9,7 +9,7 @@ stored row), so a wrong kernel is never selected and a rerun reuses the rows alr
 
 Selection keeps the microkernels whose median time reaches ``threshold`` % of the calibrated peak
 (85 by default, as the thesis). The measured set and the selection are stored per machine (fingerprint),
-ISA and operator as JSON in the cache directory, for search strategies to reuse (:func:`load_selected`).
+ISA and operator as JSON in the cache directory (:mod:`harness.selection`), for search strategies to reuse.
 
 The cost of a selection is part of the result (issue 4: "enumeration + selection wall time on 2 cores"):
 ``harness microkernels`` times the enumeration, the benchmark (its parallel compilation apart) and the
@@ -46,15 +46,13 @@ from harness.check import CheckConfig
 from harness.experiment import Experiment, run_experiment
 from harness.run import TimingConfig
 from harness.sanity import SanityConfig
-from harness.selection import (  # noqa: F401 - the selection's API, long read from this module
+from harness.selection import (
     DEFAULT_THRESHOLD,
     jsonable,
     load_selected,
-    load_selection,
     microkernel_of,
     save_selection,
     select,
-    selection_path,
 )
 from kernels import microkernels as mkmod
 from kernels.candidate import Candidate, KernelSource, Workload, render

@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness import analysis, store
+from harness import analysis, selection, store
 from harness import microbench as mb
 from harness.build import CompilerConfig
 from harness.machine import detect
@@ -267,7 +267,7 @@ def test_wall_time_is_stored_and_reported(tmp_path: Path, monkeypatch: pytest.Mo
 
     monkeypatch.setattr(mb, "run_microbench", fake_bench(reused=True))
     mb.command(HOST_TARGET, quick=True, cap=3, out=None, results_dir=tmp_path)
-    record = mb.load_selection(HOST_TARGET, "conv2d", tmp_path / "cache", m)
+    record = selection.load_selection(HOST_TARGET, "conv2d", tmp_path / "cache", m)
     assert record is not None and [w["n_reused"] for w in record["wall_time"]] == [0, 3]
     assert record["n_selected"] == 2  # 95 and 85 reach 85%; the wall-time history survives save_selection
     assert len(mb.wall_times(tmp_path / "cache")) == 2
@@ -292,14 +292,14 @@ def test_study_takes_the_stored_selection_best_first(tmp_path: Path, monkeypatch
     # nothing stored yet: the selection of the same profile runs first (and stores its rows and wall time)
     mks = cs.study_microkernels(HOST_TARGET, "conv2d", 5, tmp_path, m, said.append, quick=True)
     assert "harness microkernels --quick" in said[0]
-    record = mb.load_selection(HOST_TARGET, "conv2d", tmp_path / "cache", m)
+    record = selection.load_selection(HOST_TARGET, "conv2d", tmp_path / "cache", m)
     assert record is not None and record["n_selected"] == 2  # the fake's 95% and 85%
     assert mks == [mk.Microkernel.from_dict(d) for d in record["selected"]]
     assert len(cs.study_microkernels(HOST_TARGET, "conv2d", 1, tmp_path, m, said.append)) == 1
 
     # an empty selection (nothing reached the threshold): the best measured ones, and it says so
     frame = fake_bench(reused=False)(mb.quick_set(HOST_TARGET))
-    mb.save_selection(frame, HOST_TARGET, "conv2d", 1000.0, tmp_path / "cache", m)
+    selection.save_selection(frame, HOST_TARGET, "conv2d", 1000.0, tmp_path / "cache", m)
     said.clear()
     best = cs.study_microkernels(HOST_TARGET, "conv2d", 3, tmp_path, m, said.append)
     assert [k.name for k in best] == list(frame.sort_values("pct_peak_median", ascending=False)["name"][:3])

@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from harness import microbench as mb
+from harness import selection
 from harness.check import CheckConfig
 from harness.machine import detect
 from harness.sanity import SanityConfig
@@ -279,26 +280,26 @@ def test_microbench_selects_by_threshold_and_json_round_trips(tmp_path: Path, sh
     expect_other = "ok" if other in m.isas else "unsupported"
     assert frame.iloc[3]["status"] == expect_other
 
-    assert len(mb.select(frame, 1000.0)) == 0
-    everyone = mb.select(frame, 0.0)
+    assert len(selection.select(frame, 1000.0)) == 0
+    everyone = selection.select(frame, 0.0)
     assert set(everyone["name"]) == set(frame[frame["status"] == "ok"]["name"])
     assert list(everyone["pct_peak_median"]) == sorted(everyone["pct_peak_median"], reverse=True)
 
     sel_dir = tmp_path / "sel"
-    path = mb.save_selection(frame, HOST_TARGET, "conv2d", 0.0, sel_dir, m)
-    assert path == mb.selection_path(sel_dir, m.fingerprint, HOST_TARGET, "conv2d")
-    loaded = mb.load_selected(HOST_TARGET, "conv2d", sel_dir, m)
+    path = selection.save_selection(frame, HOST_TARGET, "conv2d", 0.0, sel_dir, m)
+    assert path == selection.selection_path(sel_dir, m.fingerprint, HOST_TARGET, "conv2d")
+    loaded = selection.load_selected(HOST_TARGET, "conv2d", sel_dir, m)
     host_sel = everyone[everyone["isa"] == HOST_TARGET]
     by_name = {m.name: m for m in mks}
     assert loaded == [by_name[n] for n in host_sel["name"]]  # same microkernels, same order (best first)
-    rec = mb.load_selection(HOST_TARGET, "conv2d", sel_dir, m)
+    rec = selection.load_selection(HOST_TARGET, "conv2d", sel_dir, m)
     assert rec["n_measured"] == 3 and rec["fingerprint"] == m.fingerprint and rec["threshold_pct"] == 0.0
 
-    mb.save_selection(frame, HOST_TARGET, "conv2d", 1000.0, sel_dir, m)  # same data, higher bar
-    assert mb.load_selected(HOST_TARGET, "conv2d", sel_dir, m) == []
-    assert mb.load_selected("avx2", "matmul", tmp_path / "none", m, missing_ok=True) == []
+    selection.save_selection(frame, HOST_TARGET, "conv2d", 1000.0, sel_dir, m)  # same data, higher bar
+    assert selection.load_selected(HOST_TARGET, "conv2d", sel_dir, m) == []
+    assert selection.load_selected("avx2", "matmul", tmp_path / "none", m, missing_ok=True) == []
     with pytest.raises(FileNotFoundError, match="harness microkernels"):
-        mb.load_selected("avx2", "matmul", tmp_path / "none", m)
+        selection.load_selected("avx2", "matmul", tmp_path / "none", m)
 
     again = mb.run_microbench(mks[:1], cfg, progress=seen.append)  # stored rows are reused
     assert again.iloc[0]["timestamp"] == frame.iloc[0]["timestamp"]

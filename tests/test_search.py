@@ -363,7 +363,7 @@ def test_a_conv_search_without_this_machines_selection_says_it_uses_the_fallback
     """The space asks for the selected microkernels; with none stored a run says so (and how to select)."""
     from harness import machine as machine_mod
     from harness.experiment import _falls_back
-    from harness.microbench import selection_path
+    from harness.selection import selection_path
     from kernels.microkernels import make_conv
 
     exp = _experiment(tmp_path, tmp_path / "cache", "random", 1)

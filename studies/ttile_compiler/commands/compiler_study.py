@@ -36,6 +36,7 @@ import pandas as pd
 
 from harness import machine as machine_mod
 from harness import microbench as mb
+from harness import selection
 from harness.build import CompilerConfig, build
 from kernels.candidate import KernelSource, render
 from kernels.microkernels import Microkernel
@@ -132,12 +133,12 @@ def study_microkernels(
     the threshold, e.g. on a busy machine): the best measured ones, said so.
     """
     cache = Path(results_dir) / "cache"
-    record = mb.load_selection(isa, op, cache, machine)
+    record = selection.load_selection(isa, op, cache, machine)
     if record is None:
         how = "harness microkernels" + (" --quick" if quick else "")
         say(f"no microkernel selection stored for {op} on {isa} here: running `{how}` first")
         mb.command(isa, op, quick=quick, out=None, results_dir=Path(results_dir))
-        record = mb.load_selection(isa, op, cache, machine)
+        record = selection.load_selection(isa, op, cache, machine)
     if record is None:  # the selection command always writes one; defensive
         raise StudyError(f"no microkernel selection for {op} on {isa} in {cache}")
     chosen = [Microkernel.from_dict(d) for d in record["selected"]]
