@@ -27,8 +27,6 @@ from kernels import torch_baseline
 from kernels.candidate import BaselineUnavailable, Candidate, KernelSource, Workload
 from kernels.library_versions import LibraryInfo
 
-__all__ = ["BaselineUnavailable"]  # defined in kernels.candidate (torch_baseline raises it too), read here
-
 
 @dataclass(frozen=True)
 class Library:
