@@ -67,7 +67,7 @@ restore-measured: $(VENV)/.setup-done
 
 # One report of every archive (results-all/report/index.html): a verdict per paper figure and machine (the
 # verdict matrix at its top), each experiment's figure per machine. The archives are unpacked again only
-# when one of them changed. About 40 s of unpacking and 80 s of report on a 2-vCPU Emerald Rapids.
+# when one of them changed. About 45 s of unpacking and 90 s of report on a 2-vCPU Emerald Rapids.
 ARCHIVES := $(wildcard reports/measured/*.tar.xz)
 results-all/.restored: $(ARCHIVES) | $(VENV)/.setup-done
 	rm -rf results-all
