@@ -16,8 +16,11 @@ from scipy import stats
 
 from harness import store
 
-#: One summary line per measurement unit: a candidate on a workload, on one machine, in one timing mode.
-GROUP_KEYS: list[str] = ["experiment", "machine_fingerprint", "workload", "candidate_key", "timing_mode"]
+#: One summary line per measurement unit: one candidate's rows on one workload and machine, in one timing
+#: condition (the mode, and the co-runner if there was one).
+GROUP_KEYS: list[str] = [
+    *("experiment", "machine_fingerprint", "workload", "candidate_key", "timing_mode", "contention"),
+]
 
 #: Order in which a non-ok status wins when rows of one unit disagree (first = most telling).
 STATUS_PRIORITY: tuple[str, ...] = (
@@ -206,6 +209,16 @@ _SUMMARY_INPUTS: tuple[str, ...] = (
 )
 
 
+def _keyed(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with its ``contention`` key as objects (null: no co-runner), whether the column came all
+    null from arrow (floats), from rows of before it existed (absent) or from a summary (objects), so units
+    group and merge alike."""
+    if "contention" in frame and frame["contention"].dtype == object:
+        return frame
+    co = frame["contention"] if "contention" in frame else pd.Series(None, index=frame.index, dtype=object)
+    return frame.assign(contention=co.astype(object).where(co.notna(), None))
+
+
 def summarize(df: pd.DataFrame) -> pd.DataFrame:
     """One line per (experiment, machine, workload, candidate, timing mode) with its performance.
 
@@ -216,6 +229,7 @@ def summarize(df: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame({c: pd.Series(dtype="object") for c in SUMMARY_COLUMNS})
     # the units' rows as plain dicts: a study has one row per unit, and pandas' per-group indexing cost
     # 18 ms a unit (5 minutes for the 16 000-row conv study)
+    df = _keyed(df)
     codes = df.groupby(GROUP_KEYS, sort=True, dropna=False).ngroup().to_numpy()
     order = np.argsort(codes, kind="stable")
     records = df[[c for c in _SUMMARY_INPUTS if c in df]].to_dict("records")
@@ -327,8 +341,8 @@ def repetitions(df: pd.DataFrame, summary: pd.DataFrame | None = None) -> pd.Dat
     if df.empty:
         return pd.DataFrame({c: pd.Series(dtype="object") for c in cols})
     summary = summarize(df) if summary is None else summary
-    ok_units = summary.loc[summary["status"] == "ok", GROUP_KEYS]
-    rows = df[df["status"] == "ok"].merge(ok_units, on=GROUP_KEYS, how="inner")
+    ok_units = _keyed(summary.loc[summary["status"] == "ok", GROUP_KEYS])
+    rows = _keyed(df[df["status"] == "ok"]).merge(ok_units, on=GROUP_KEYS, how="inner")
     rows = rows[[*cols[:-3], "times_ns"]].explode("times_ns").rename(columns={"times_ns": "time_ns"})
     rows = rows.dropna(subset=["time_ns"])
     rows["time_ns"] = rows["time_ns"].astype("float64")

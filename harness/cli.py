@@ -82,11 +82,13 @@ def _check_choices(c: dict[str, Any]) -> None:
 
 def _timing(t: dict[str, Any]) -> Any:
     """The timing config, its CPU set checked now (``timing.threads`` larger than the CPUs is bad input)."""
-    from harness.run import TimingConfig, cpus_for
+    from harness.run import TimingConfig, corunner_cpu, cpus_for
 
     try:
         timing = TimingConfig(**t)
-        cpus_for(timing)
+        cpus = cpus_for(timing)
+        if timing.contention != "none":
+            corunner_cpu(timing, cpus)
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
     return timing
@@ -127,6 +129,14 @@ def build_experiment(cfg: Any) -> Any:
     candidates = space_candidates(
         c["space"], workload, target, {"target": target, **c["codegen"]}, c.get("scheme"), c.get("baselines")
     )
+    if spec := c["space"].get("best_of"):  # another experiment's winners, timed again (issue 32)
+        from harness.winners import NoWinners, best_of
+
+        try:
+            found = best_of(spec, Path(c["results_dir"]), workload, m.fingerprint)
+        except NoWinners as exc:
+            raise UsageError(str(exc)) from exc
+        candidates = list({x.key: x for x in [*found, *candidates]}.values())
     t = c["timing"]
     limits = c["limits"]
     mem = limits.get("memory_gib")

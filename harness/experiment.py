@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import json
+import math
 import subprocess
 import sys
 import time
@@ -121,6 +122,7 @@ def base_row(exp: Experiment, cand: Candidate, m: machine_mod.Machine) -> dict[s
         "timing_mode": exp.timing.mode,
         "cold_method": exp.timing.cold_method if exp.timing.mode != "hot" else "",
         "timing_batch": exp.timing.batch,
+        "contention": _contention(exp),
         "counter_backend": "none",
         "counters": None,
         "counters_unavailable": "{}",
@@ -184,7 +186,14 @@ def peak_for(peaks: dict[str, dict[str, Any]], target: str, m: machine_mod.Machi
 
 
 def _row_id(exp: Experiment, cand: Candidate, m: machine_mod.Machine) -> str:
-    return store.row_id(exp.name, cand.key, exp.workload.name, exp.timing.mode, exp.seed, m.fingerprint)
+    return store.row_id(
+        exp.name, cand.key, exp.workload.name, exp.timing.mode, exp.seed, m.fingerprint, _contention(exp)
+    )
+
+
+def _contention(exp: Experiment) -> str | None:
+    """The row's ``contention``: the co-runner's kind, null without one (as rows from before it existed)."""
+    return None if exp.timing.contention == "none" else exp.timing.contention
 
 
 def run_experiment(
@@ -524,6 +533,8 @@ def _measure(
     )
     if exp.timing.mode != "hot":
         row["cold_method"] = res.cold_method
+    if res.contention != "none":
+        row.update(contention_bytes=res.contention_bytes, contention_gbps=res.contention_gbps)
     if failure is not None:
         row["status"], row["reason"] = failure
         return
@@ -712,6 +723,8 @@ def _one_more_round(
         store.perf_fields([*row["times_ns"], *new], exp.workload.flops, row["peak_gflops"], None, medians)
     )
     row["round_times"] = [*when, _now()] if when is not None else None
+    if res.contention != "none":  # the weakest push of the rounds: the neighbour pushed at least this hard
+        row["contention_gbps"] = min(res.contention_gbps, row.get("contention_gbps") or math.inf)
     old = json.loads(row["counters"] or "{}")
     row["counters"] = json.dumps({e: [*old.get(e, []), *v] for e, v in res.counters.items()})
     kept = [f for f in json.loads(row["flags"]) if not f.startswith("noisy:")]  # the CoV is recomputed

@@ -33,6 +33,7 @@ CSV_COLUMNS = [
     "machine_fingerprint",
     "workload",
     "timing_mode",
+    "contention",
     "display",
     "candidate_key",
     "candidate_kind",
@@ -48,6 +49,16 @@ CSV_COLUMNS = [
 ]
 
 
+def condition(frame: pd.DataFrame) -> pd.Series:
+    """A facet's timing condition in words: "hot cache", "cold cache", or with the co-runner the timing met
+    ("hot cache + stream co-runner", timing.contention)."""
+    text = frame["timing_mode"].astype(str) + " cache"
+    if "contention" in frame:
+        co = frame["contention"]
+        text = text.where(co.isna(), text + " + " + co.astype(str) + " co-runner")
+    return text.rename("condition")
+
+
 def mark_shown(units: pd.DataFrame, shown: int = SHOWN) -> pd.DataFrame:
     """``units`` (ok summary lines) with a column ``shown``: in each facet (workload x timing mode), every
     reference and the ``shown`` best other candidates by median % of peak."""
@@ -55,7 +66,7 @@ def mark_shown(units: pd.DataFrame, shown: int = SHOWN) -> pd.DataFrame:
     ref = units["candidate_kind"].isin(REFERENCE_KINDS)
     rank = (
         units[~ref]
-        .groupby(["workload", "timing_mode"])["pct_peak_median"]
+        .groupby(["workload", condition(units[~ref])])["pct_peak_median"]
         .rank(ascending=False, method="first")
     )
     units["shown"] = ref | units.index.isin(rank.index[rank <= shown])
@@ -79,9 +90,9 @@ def plot(
         png = fig_dir / f"{stem}.png"
         fig.savefig(png, dpi=110)
     csv = fig_dir / f"{stem}.csv"
-    units.sort_values(["workload", "timing_mode", "pct_peak_median"], ascending=[True, True, False])[
-        CSV_COLUMNS
-    ].to_csv(csv, index=False)
+    units.sort_values(["workload", "timing_mode", "pct_peak_median"], ascending=[True, True, False]).reindex(
+        columns=CSV_COLUMNS
+    ).to_csv(csv, index=False)
     return {
         "png": f"{fig_dir.name}/{png.name}",
         "csv": f"{fig_dir.name}/{csv.name}",
@@ -103,9 +114,10 @@ def _per_candidate(reps: pd.DataFrame, units: pd.DataFrame) -> Figure:
     kinds = sorted(units["candidate_kind"].dropna().unique())
     palette = dict(zip(kinds, sns.color_palette("deep", len(kinds)), strict=True))
     workloads = sorted(units["workload"].unique())
-    modes = sorted(units["timing_mode"].unique())
+    units = units.assign(condition=condition(units))
+    modes = sorted(units["condition"].unique())
     rows_of = {
-        (w, m): units[(units["workload"] == w) & (units["timing_mode"] == m)]
+        (w, m): units[(units["workload"] == w) & (units["condition"] == m)]
         for w in workloads
         for m in modes
     }
@@ -126,14 +138,14 @@ def _per_candidate(reps: pd.DataFrame, units: pd.DataFrame) -> Figure:
     xmax = _xmax(units["pct_peak_median"].combine(units["pct_peak_min"], max))
     reps_by_unit = {
         key: part["pct_peak"].to_numpy()
-        for key, part in reps.groupby(["workload", "timing_mode", "candidate_key"], sort=False)
+        for key, part in reps.groupby(["workload", condition(reps), "candidate_key"], sort=False)
     }
     rng = np.random.default_rng(0)  # the jitter: the same data draws the same picture
     for i, workload in enumerate(workloads):
         for j, mode in enumerate(modes):
             ax = axes[i][j]
             facet = rows_of[(workload, mode)].sort_values("pct_peak_median", ascending=False)
-            ax.set_title(f"{workload} · {mode} cache", fontsize=10)
+            ax.set_title(f"{workload} · {mode}", fontsize=10)
             ax.set_xlim(0, xmax)
             ax.axvline(100.0, color="0.4", linestyle="--", linewidth=1)
             ax.set_xlabel("% of calibrated peak" if i == len(workloads) - 1 else "")
@@ -184,8 +196,9 @@ def _per_candidate(reps: pd.DataFrame, units: pd.DataFrame) -> Figure:
 def _per_workload(units: pd.DataFrame) -> Figure:
     """A line per workload, a facet per timing mode: the candidates' medians as a box, the best as a star,
     each baseline's median as a marker of its own."""
+    units = units.assign(condition=condition(units))
     workloads = sorted(units["workload"].unique())
-    modes = sorted(units["timing_mode"].unique())
+    modes = sorted(units["condition"].unique())
     refs = sorted(units.loc[units["candidate_kind"].isin(REFERENCE_KINDS), "display"].astype(str).unique())
     markers = dict(zip(refs, ["o", "s", "^", "v", "P", "X", "<", ">", "h", "p"] * 3, strict=False))
     colours = dict(zip(refs, sns.color_palette("deep", max(len(refs), 1)), strict=False))
@@ -194,8 +207,8 @@ def _per_workload(units: pd.DataFrame) -> Figure:
     axes = fig.subplots(1, len(modes), squeeze=False, sharey=True)[0]
     xmax = _xmax(units["pct_peak_median"])
     for ax, mode in zip(axes, modes, strict=True):
-        part = units[units["timing_mode"] == mode]
-        ax.set_title(f"{mode} cache", fontsize=10)
+        part = units[units["condition"] == mode]
+        ax.set_title(mode, fontsize=10)
         ax.set_xlim(0, xmax)
         ax.axvline(100.0, color="0.4", linestyle="--", linewidth=1)
         ax.set_xlabel("% of calibrated peak (median of each candidate)")

@@ -27,6 +27,7 @@ PAPI_HEADER = Path("/usr/include/papi.h")
 TMP_ROOT = Path("/dev/shm")  # tmpfs: writing large tensors costs no disk I/O
 STDERR_TAIL = 2000
 IMPL_PREFIX = "harness-impl: "  # a kernel's stderr line naming the implementation a library chose
+CONTENTION_KINDS = ("none", "stream")
 ALIGN = 1024  # bytes: beyond any vector width or cache line, so alignment never differs between candidates
 
 
@@ -62,8 +63,21 @@ class TimingConfig:
     # seconds to wait before timing a slow round again: a disturbance of the host seen here lasted under a
     # minute; the quick profile waits less (its verdicts are a first look, and 13 waits cost 4 minutes)
     retime_wait: float = 20.0
+    # a neighbour during the timing (issue 32): "none", or "stream", a co-runner on another CPU that streams
+    # through `contention_bytes` (None: the last-level cache's size) from the warm-up to the last timed call,
+    # as a process on the other core of a shared host takes the shared cache and memory bandwidth
+    contention: str = "none"
+    contention_bytes: int | None = None
 
     def __post_init__(self) -> None:
+        if self.contention not in CONTENTION_KINDS:
+            raise ValueError(
+                f"timing.contention must be one of {', '.join(CONTENTION_KINDS)}, got {self.contention!r}"
+            )
+        if self.contention_bytes is not None and self.contention_bytes < 64:
+            raise ValueError(
+                f"timing.contention_bytes must be at least 64 (a cache line), got {self.contention_bytes}"
+            )
         if self.batch < 1:
             raise ValueError(f"timing.batch must be >= 1, got {self.batch}")
         if self.rounds < 1:
@@ -105,6 +119,9 @@ class RunResult:
     threads: int = 1  # OMP_NUM_THREADS the kernel ran with
     cpus: list[int] = field(default_factory=list)  # the CPU set the child ran on
     impl: str = ""  # what a library kernel reported choosing (its IMPL_PREFIX line on stderr)
+    contention: str = "none"  # the co-runner the timing met (TimingConfig.contention)
+    contention_bytes: int = 0  # its footprint
+    contention_gbps: float = 0.0  # what it streamed, GB/s: how hard it pushed
 
 
 @functools.cache
@@ -151,6 +168,17 @@ def cpus_for(timing: TimingConfig) -> list[int]:
     return allowed[-timing.threads :]
 
 
+def corunner_cpu(timing: TimingConfig, cpus: Sequence[int]) -> int:
+    """The CPU of a contention co-runner: the last one this process may use besides the kernel's."""
+    free = sorted(set(os.sched_getaffinity(0)) - set(cpus))
+    if not free:
+        raise ValueError(
+            f"timing.contention={timing.contention} needs a CPU besides the kernel's {list(cpus)}, and this "
+            "process may use no other: run it where two CPUs are allowed (taskset) or with timing.threads=1"
+        )
+    return free[-1]
+
+
 def _limit_memory(limit: int) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
@@ -192,6 +220,10 @@ def run_kernel(
     memory = limits.memory_bytes or int(0.8 * m.memory_bytes)
     try:
         cpus = cpus_for(timing)
+        corun = [] if timing.contention == "none" else [
+            "--corun", timing.contention, "--corun-cpu", str(corunner_cpu(timing, cpus)),
+            "--corun-bytes", str(timing.contention_bytes or m.llc_bytes or 32 << 20),
+        ]  # fmt: skip
     except ValueError as exc:
         return RunResult("error", str(exc))
 
@@ -212,7 +244,7 @@ def run_kernel(
             "--max-reps", str(timing.max_reps), "--rel-ci", repr(timing.rel_ci),
             "--max-seconds", repr(timing.max_seconds), "--counters", ",".join(counters),
             "--cpus", ",".join(map(str, cpus)), "--threads", str(timing.threads),
-            "--batch", str(timing.batch), "--give-up-ns", repr(float(give_up_ns or 0.0)),
+            "--batch", str(timing.batch), "--give-up-ns", repr(float(give_up_ns or 0.0)), *corun,
         ]  # fmt: skip
         # Pinned to one CPU, library threads would only contend with each other; a parallel kernel gets
         # its OpenMP threads (the driver sets OMP_NUM_THREADS), one per CPU of its set
@@ -280,4 +312,7 @@ def _parse(proc: subprocess.CompletedProcess[str], out_path: Path, output_like: 
         threads=int(data.get("threads", 1)),
         cpus=[int(c) for c in data.get("cpus", [])],
         impl=reported_impl(proc.stderr),
+        contention=str(data.get("corun", "none")),
+        contention_bytes=int(data.get("corun_bytes", 0)),
+        contention_gbps=float(data.get("corun_gbps", 0.0)),
     )

@@ -115,6 +115,9 @@ COLUMNS: OrderedDict[str, tuple[pa.DataType, str]] = OrderedDict(
         ("library", (STR, "the library a baseline ran (onednn, openblas, mkl, blis, libxsmm, torch, tvm)")),
         ("library_version", (STR, "its exact version, as the library reports it at run time")),
         ("library_source", (STR, "where it was installed from: debian | pypi")),
+        ("contention", (STR, "the co-runner the timing met (timing.contention): stream; null: none")),
+        ("contention_bytes", (I64, "the co-runner's footprint, bytes (null: none)")),
+        ("contention_gbps", (F64, "what the co-runner streamed, GB/s, the lowest of the row's rounds")),
     ]
 )
 
@@ -136,6 +139,9 @@ OPTIONAL_COLUMNS: dict[str, Any] = {
     "library": None,
     "library_version": None,
     "library_source": None,
+    "contention": None,
+    "contention_bytes": None,
+    "contention_gbps": None,
 }
 
 #: Arrow schema of a row file; field metadata carries the descriptions.
@@ -214,14 +220,26 @@ _TMP_PREFIX = ".tmp-"
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+=,@-]*$")
 
 
+#: the columns that make a row's id, in :func:`row_id`'s order
+ID_COLUMNS = (
+    "experiment",
+    "candidate_key",
+    "workload",
+    "timing_mode",
+    "seed",
+    "machine_fingerprint",
+    "contention",
+)
+
+
 def row_id(
-    experiment: str, candidate_key: str, workload: str, timing_mode: str, seed: int, machine_fingerprint: str
-) -> str:
-    """Stable id of one measurement, so a rerun of the same sweep on the same machine finds its rows."""
-    blob = json.dumps(
-        [experiment, candidate_key, workload, timing_mode, int(seed), machine_fingerprint],
-        separators=(",", ":"),
-    )
+    experiment: str, candidate_key: str, workload: str, timing_mode: str, seed: int, machine_fingerprint: str,
+    contention: str | None = None,
+) -> str:  # fmt: skip
+    """Stable id of one measurement, so a rerun of the same sweep on the same machine finds its rows (a
+    co-runner, when there is one, makes it another measurement)."""
+    key = [experiment, candidate_key, workload, timing_mode, int(seed), machine_fingerprint]
+    blob = json.dumps(key + ([contention] if contention else []), separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
 
@@ -379,14 +397,7 @@ def write_row(results_dir: Path, row: dict[str, Any], sync: bool = True) -> Path
     such as restoring an archive of thousands of rows.
     """
     table = validate_row(row)
-    rid = row_id(
-        row["experiment"],
-        row["candidate_key"],
-        row["workload"],
-        row["timing_mode"],
-        row["seed"],
-        row["machine_fingerprint"],
-    )
+    rid = row_id(*(row.get(k) for k in ID_COLUMNS))
     final = row_path(results_dir, row["experiment"], rid)
     final.parent.mkdir(parents=True, exist_ok=True)
     _write_atomically(table, final, rid, sync)
@@ -467,8 +478,8 @@ def _experiment_dirs(results_dir: Path, experiment: str | None) -> list[Path]:
 
 
 def _ids(table: pa.Table) -> list[str]:
-    keys = ("experiment", "candidate_key", "workload", "timing_mode", "seed", "machine_fingerprint")
-    cols = [table.column(k).to_pylist() for k in keys]
+    n = table.num_rows
+    cols = [table.column(k).to_pylist() if k in table.column_names else [None] * n for k in ID_COLUMNS]
     return [row_id(*vals) for vals in zip(*cols, strict=True)]
 
 

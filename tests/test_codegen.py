@@ -350,6 +350,26 @@ def test_hoisting_goes_above_all_innermost_reduction_loops() -> None:
     assert min(_index(lines, r"acc\d+ = _mm256_loadu_ps\(po")) > wloop
 
 
+@pytest.mark.parametrize("target", ["avx2", "avx512"])
+def test_loops_under_many_accumulators_stay_rolled(target: str) -> None:
+    """Reduction loops under a register tile of more than half the register file get ``#pragma GCC unroll
+    1`` (gcc's complete unrolling of a 3-trip r/s/c loop spills such a tile; issue 32); smaller tiles and
+    the loops above the accumulators are left to the compiler."""
+    t = get_target(target)
+    for wu, rolled in ((t.registers // 4, False), (t.registers // 4 + 1, True)):  # 2 * wu accumulators
+        w = conv(1, h=2, w=wu, k=2 * t.lanes, r=3, s=3, c=2)
+        lines = _lines(f"[R_h, R_r, R_s, R_c, U_{{{wu},w}}, U_{{2,k}}, V_k]", w, target)
+        marked = {n + 1 for n in _index(lines, re.escape("#pragma GCC unroll 1"))}
+        assert marked == (set(_index(lines, r"for \(int [rsc]_\d+ ")) if rolled else set()), (wu, lines)
+
+
+def test_rolled_reduction_loops_are_correct(tmp_path: Path, shared_cache: Path) -> None:
+    w = conv(1, h=3, w=9, k=2 * L, r=3, s=3, c=3)  # 18 accumulators: rolled on AVX2 and AVX-512
+    texts = ["[R_h, R_r, R_s, R_c, U_{9,w}, U_{2,k}, V_k]", "[R_h, R_c, R_r, R_s, U_{9,w}, U_{2,k}, V_k]"]
+    assert all("#pragma GCC unroll 1" in render(scheme(t), w).code for t in texts)
+    assert_all_ok([scheme(t) for t in texts], w, tmp_path, shared_cache)
+
+
 def test_scalp_places_accumulators_at_its_position_even_without_hoist() -> None:
     w = mm(4, 3, 64)
     lines = _lines("[R_k, R_j, R_i, ScalP[k], T_{32,k}, U_{2,i}]", w, hoist=False)

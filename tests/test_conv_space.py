@@ -192,6 +192,32 @@ def test_levels_sampler_permutation_is_uniform_pop() -> None:
     assert stats.binomtest(inner_k, n, 0.25).pvalue > 0.001
 
 
+def test_reduction_inner_prior_puts_the_innermost_c_r_s_tiles_above_the_microkernel() -> None:
+    """space.conv.reduction_inner=p: a draw's atoms right above the microkernel are the innermost tile of
+    each reduction dimension it tiles, with probability p (issue 32); p = 0 is the thesis's sampler, draw
+    for draw (the prior takes no random number then, so seeded searches draw what they drew before)."""
+    w = Workload.make("cv", "conv2d", {"h": 4, "w": 8, "k": 16, "c": 8, "r": 3, "s": 3})
+    plans = [cs.Plan((("k", 1), ("w", 4)))]
+
+    def draws(p: float, n: int = 400) -> list[str]:
+        ctx, rng = cs.Context(cs.ConvSpace(reduction_inner=p), w, "avx2", plans), random.Random(7)
+        return [cs.sample_random(ctx, rng)[0] for _ in range(n)]
+
+    def reductions_inner(text: str) -> bool:
+        atoms = [a for a in parse_scheme(text) if a.kind == "T"]
+        tiled = {a.dim for a in atoms} & {"c", "r", "s"}
+        return {a.dim for a in atoms[len(atoms) - len(tiled) :]} == tiled
+
+    assert draws(0.0) == [cs.sample_random(cs.Context(cs.ConvSpace(), w, "avx2", plans), rng)[0]
+                          for rng in [random.Random(7)] for _ in range(400)]  # fmt: skip
+    assert all(reductions_inner(t) for t in draws(1.0))
+    share = sum(map(reductions_inner, draws(0.5))) / 400
+    uniform = sum(map(reductions_inner, draws(0.0))) / 400
+    assert uniform < 0.3 and 0.5 < share < 0.5 + uniform + 0.1
+    with pytest.raises(cs.ConvSpaceError, match="reduction_inner is a probability"):
+        cs.ConvSpace.from_config({"reduction_inner": 1.5})
+
+
 def test_fixed_permutation_is_level_by_level() -> None:
     ctx = _toy(64, 4, cs.ConvSpace(permutation="fixed", fixed_order=("k", "h", "w", "c", "r", "s")))
     rng = random.Random(2)

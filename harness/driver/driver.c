@@ -18,8 +18,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <signal.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 #include <x86intrin.h>
@@ -192,6 +195,70 @@ static void *map_workspace(void *old, size_t bytes) {
     return p;
 }
 
+/* Contention (issue 32): a co-runner on another CPU streams through a buffer of `bytes` (one read and one
+   write per cache line, STREAM-like) from before the warm-up to the end of the timing, so the kernel meets a
+   neighbour that takes the shared cache and memory bandwidth. It is a forked child: it dies with the
+   driver (PR_SET_PDEATHSIG) whatever happens to it, and counts its passes in shared memory so the row can
+   say how hard it pushed (GB/s). */
+typedef struct {
+    pid_t pid;
+    volatile uint64_t *passes; /* shared with the child */
+    uint64_t t0;
+} corunner;
+
+static corunner corun_start(const char *kind, size_t bytes, int corun_cpu) {
+    corunner c = {0, NULL, 0};
+    if (!strcmp(kind, "none")) return c;
+    if (strcmp(kind, "stream")) fail("error", 2, "unknown --corun %s (none | stream)", kind);
+    if (corun_cpu < 0) fail("error", 2, "%s", "--corun needs --corun-cpu");
+    if (bytes < LINE) fail("error", 2, "%s", "--corun-bytes must be at least one cache line");
+    void *shared = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (shared == MAP_FAILED) fail("error", 2, "mmap for the co-runner: %s", strerror(errno));
+    c.passes = shared;
+    int ready[2];
+    if (pipe(ready)) fail("error", 2, "pipe: %s", strerror(errno));
+    fflush(stdout);
+    c.pid = fork();
+    if (c.pid < 0) fail("error", 2, "fork of the co-runner: %s", strerror(errno));
+    if (c.pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(corun_cpu, &set);
+        char ok = sched_setaffinity(0, sizeof set, &set) ? 'a' : 'y';
+        size_t n = bytes / sizeof(uint64_t);
+        uint64_t *buf = ok == 'y' ? aligned_alloc(LINE, round_up(bytes, LINE)) : NULL;
+        if (ok == 'y' && !buf) ok = 'm';
+        if (buf) memset(buf, 1, bytes);
+        if (write(ready[1], &ok, 1) != 1 || ok != 'y') _exit(1);
+        for (;;) {
+            for (size_t i = 0; i < n; i += LINE / sizeof(uint64_t)) buf[i] += 1;
+            (*c.passes)++;
+        }
+    }
+    close(ready[1]);
+    char ok = 0;
+    if (read(ready[0], &ok, 1) != 1 || ok != 'y') {
+        kill(c.pid, SIGKILL);
+        waitpid(c.pid, NULL, 0);
+        fail("error", 2, "the co-runner could not start on its CPU (%s)",
+             ok == 'a' ? "sched_setaffinity failed" : ok == 'm' ? "out of memory" : "it exited");
+    }
+    close(ready[0]);
+    c.t0 = now_ns();
+    return c;
+}
+
+/* Stops the co-runner; returns the bytes per second it streamed (0 when there was none). */
+static double corun_stop(corunner *c, size_t bytes) {
+    if (!c->pid) return 0.0;
+    uint64_t passes = *c->passes, t1 = now_ns();
+    kill(c->pid, SIGKILL);
+    waitpid(c->pid, NULL, 0);
+    c->pid = 0;
+    return t1 > c->t0 ? (double)passes * (double)bytes / ((t1 - c->t0) * 1e-9) : 0.0;
+}
+
 int main(int argc, char **argv) {
     const char *lib = NULL, *out = NULL, *mode = "hot", *cold_method = "clflushopt", *counters = "";
     char *files[MAX_TENSORS];
@@ -204,6 +271,9 @@ int main(int argc, char **argv) {
     /* racing (a search's hopeless draws): timing stops after RACE_REPS calls if all were slower than this;
        0 = never. The warm-ups are not cut: some kernels here run their first ten calls up to 1.7x slow */
     double give_up_ns = 0.0;
+    const char *corun_kind = "none";
+    size_t corun_bytes = 0;
+    int corun_cpu = -1;
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -235,6 +305,9 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--cpus")) cpus = v;
         else if (!strcmp(a, "--threads")) threads = atoi(v);
         else if (!strcmp(a, "--batch")) batch = atol(v);
+        else if (!strcmp(a, "--corun")) corun_kind = v;
+        else if (!strcmp(a, "--corun-bytes")) corun_bytes = strtoull(v, NULL, 10);
+        else if (!strcmp(a, "--corun-cpu")) corun_cpu = atoi(v);
         else fail("error", 2, "unknown argument %s", a);
     }
     if (!lib || !out || n_tensors == 0) fail("error", 2, "%s", "--lib, --out and at least one --tensor are required");
@@ -308,6 +381,9 @@ int main(int argc, char **argv) {
     FILE *f = fopen(out, "wb");
     if (!f || fwrite(tensors[0], sizeof(float), nfloats[0], f) != nfloats[0] || fclose(f))
         fail("error", 2, "cannot write %s", out);
+
+    /* the neighbour runs from here to the last timed call: warm-up and timing both meet it */
+    corunner co = corun_start(corun_kind, corun_bytes, corun_cpu);
 
     /* Cold-cache method actually used (the row records it). */
     const char *method = "none";
@@ -386,6 +462,7 @@ int main(int argc, char **argv) {
         if ((now_ns() - start) * 1e-9 > max_seconds) break;
     }
 
+    double corun_bps = corun_stop(&co, corun_bytes);
     double sum_ns = 0, sum_tsc = 0;
     for (long i = 0; i < n; i++) sum_ns += times[i], sum_tsc += tscs[i];
     const char *bname = backend == BACKEND_PAPI ? "papi" : backend == BACKEND_PERF ? "perf_event" : "none";
@@ -414,7 +491,9 @@ int main(int argc, char **argv) {
     printf(",\"n_reps\":%ld,\"raced\":%s,\"threads\":%d,\"cpus\":[", n, raced ? "true" : "false", threads);
     for (int c = 0, first = 1; c < CPU_SETSIZE; c++)
         if (CPU_ISSET(c, &used)) printf(first ? "%d" : ",%d", c), first = 0;
-    printf("]}\n");
+    printf("],\"corun\":");
+    json_str(corun_kind);
+    printf(",\"corun_bytes\":%zu,\"corun_gbps\":%.4g}\n", corun_bytes, corun_bps * 1e-9);
     fflush(stdout);
     return 0;
 }

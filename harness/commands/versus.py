@@ -1,0 +1,123 @@
+"""each workload's best candidate against the best of its baselines, as ratios paired by timing round
+
+    harness versus --results DIR --experiment ttile_conv_prior [--baselines onednn,onednn-blocked]
+                   [--csv OUT.csv]
+
+Per machine, workload and timing condition (the mode, and the co-runner if there was one): the fastest
+candidate that was timed in the interleaved rounds (a search's confirmed ones; the fastest of all when
+none was), the fastest of the named baselines, their % of peak (median), and the candidate's speed over
+the baseline's round by round (harness.analysis.round_ratio: median, lowest, highest of the rounds). On a
+shared host a single run's verdict is weak: the range says how much the rounds agreed. Then, per group of
+workloads (a network of the convolution layers), the flop-weighted average % of peak of each side and
+the candidates ahead in every round / in their median.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from harness import analysis, store
+
+DEFAULT_BASELINES = ("onednn", "onednn-blocked")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="harness versus", description=__doc__.splitlines()[0])
+    p.add_argument("--results", type=Path, default=Path("results"))
+    p.add_argument("--experiment", required=True)
+    p.add_argument(
+        "--baselines",
+        default=",".join(DEFAULT_BASELINES),
+        help="baselines (candidate texts), comma separated; the fastest of them counts",
+    )
+    p.add_argument("--csv", type=Path, help="write the table here too")
+    return p
+
+
+def _rounds(row: pd.Series) -> int:
+    r = row["round_medians_ns"]
+    return 0 if r is None or isinstance(r, float) else len(r)
+
+
+def _network(workload: str) -> str:
+    """The group a workload's line is averaged in: its conv network (kernels.conv_space's table), else
+    its name up to the last underscore."""
+    from kernels.conv_space import load_layers
+
+    nets = {layer.name: layer.network for layer in load_layers()}
+    return nets.get(workload, workload.rsplit("_", 1)[0])
+
+
+def versus(summary: pd.DataFrame, baselines: tuple[str, ...]) -> pd.DataFrame:
+    """One line per (machine, workload, condition) that has both sides ok (see the module's doc)."""
+    ok = summary[summary["status"] == "ok"].copy()
+    ok["condition"] = ok["timing_mode"].astype(str)
+    if "contention" in ok:
+        ok["condition"] = ok["condition"].where(
+            ok["contention"].isna(), ok["condition"] + "+" + ok["contention"].astype(str)
+        )
+    lines = []
+    for (fp, workload, cond), part in ok.groupby(["machine_fingerprint", "workload", "condition"], sort=True):
+        libs = part[part["candidate_text"].isin(baselines) & (part["candidate_kind"] == "baseline")]
+        cands = part[part["candidate_kind"] != "baseline"]
+        if libs.empty or cands.empty:
+            continue
+        rounds = cands.apply(_rounds, axis=1)
+        pool = cands[rounds > 1] if (rounds > 1).any() else cands
+        best = pool.sort_values("median_ns").iloc[0]
+        lib = libs.sort_values("median_ns").iloc[0]
+        mid, lo, hi = analysis.round_ratio(
+            best["round_medians_ns"], lib["round_medians_ns"], best["round_times"], lib["round_times"]
+        )
+        lines.append({
+            "machine_fingerprint": fp, "workload": workload, "network": _network(str(workload)),
+            "condition": cond, "flops": float(best["flops"]),
+            "best_pct": float(best["pct_peak_median"]), "baseline_pct": float(lib["pct_peak_median"]),
+            "baseline": str(lib["label"]), "ratio_median": float(lib["median_ns"] / best["median_ns"]),
+            "round_ratio": mid, "round_ratio_low": lo, "round_ratio_high": hi, "rounds": _rounds(best),
+            "best": str(best["label"]),
+        })  # fmt: skip
+    return pd.DataFrame(lines)
+
+
+def networks(table: pd.DataFrame) -> pd.DataFrame:
+    """Per machine, condition and network: flop-weighted average % of peak of each side, and the lines won."""
+    out = []
+    for (fp, cond, net), t in table.groupby(["machine_fingerprint", "condition", "network"], sort=True):
+        w = t["flops"].to_numpy(float)
+        best, lib = np.average(t["best_pct"], weights=w), np.average(t["baseline_pct"], weights=w)
+        out.append({
+            "machine_fingerprint": fp, "condition": cond, "network": net, "workloads": len(t),
+            "best_weighted_pct": best, "baseline_weighted_pct": lib, "weighted_ratio": best / lib,
+            "ahead_median": int((t["ratio_median"] > 1).sum()),
+            "ahead_every_round": int((t["round_ratio_low"] > 1).sum()),
+        })  # fmt: skip
+    return pd.DataFrame(out)
+
+
+def main(argv: list[str]) -> None:
+    args = _parser().parse_args(argv)
+    baselines = tuple(b.strip() for b in args.baselines.split(",") if b.strip())
+    rows = store.load(args.results, args.experiment)
+    if rows.empty:
+        print(f"harness versus: no rows of experiment {args.experiment} in {args.results}", file=sys.stderr)
+        raise SystemExit(2)
+    table = versus(analysis.summarize(rows), baselines)
+    if table.empty:
+        print(f"harness versus: no workload of {args.experiment} has both a candidate and one of "
+              f"{', '.join(baselines)} ok", file=sys.stderr)  # fmt: skip
+        raise SystemExit(2)
+    with pd.option_context("display.width", 200, "display.max_colwidth", 60, "display.precision", 3):
+        cols = ["machine_fingerprint", "condition", "workload", "best_pct", "baseline_pct", "baseline",
+                "round_ratio", "round_ratio_low", "round_ratio_high", "rounds"]  # fmt: skip
+        print(table[cols].to_string(index=False))
+        print()
+        print(networks(table).to_string(index=False))
+    if args.csv:
+        table.to_csv(args.csv, index=False)
+        print(f"{args.csv}: {len(table)} lines", file=sys.stderr)

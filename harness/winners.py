@@ -1,0 +1,51 @@
+"""The best stored schemes of an experiment, as candidates to time again (``space.best_of``).
+
+Issue 32 re-times each layer's winner of the random search beside oneDNN under other conditions (a
+co-runner on the other core): ``space.best_of: {experiment: ttile_conv_random, n: 1}`` makes the ``n``
+fastest ok schemes of that experiment, on this workload and machine, the space's candidates.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from harness import analysis, store
+from kernels.candidate import Candidate, Workload
+
+
+class NoWinners(ValueError):
+    """The experiment has no ok scheme for this workload on this machine (names the command to run)."""
+
+
+def best_of(
+    spec: Mapping[str, Any], results_dir: Path, workload: Workload, fingerprint: str
+) -> list[Candidate]:
+    """The ``spec['n']`` (default 1) fastest ok schemes of experiment ``spec['experiment']`` on
+    ``workload`` and this machine, by median time in hot mode without a co-runner; their code-generation
+    options are the ones they were measured with."""
+    experiment = spec.get("experiment")
+    n = spec.get("n", 1)
+    if not experiment or not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise NoWinners(f"space.best_of needs an experiment and n >= 1, got {dict(spec)}")
+    where = Path(spec.get("results_dir") or results_dir)
+    rows = store.load(where, str(experiment))
+    if not rows.empty:
+        plain = rows["contention"].isna() & (rows["timing_mode"] == "hot")
+        mine = (rows["workload"] == workload.name) & (rows["machine_fingerprint"] == fingerprint)
+        rows = rows[plain & mine & (rows["candidate_kind"] == "scheme")]
+    summary = analysis.summarize(rows) if not rows.empty else rows
+    ok = summary[summary["status"] == "ok"] if not summary.empty else summary
+    if ok.empty:
+        raise NoWinners(
+            f"space.best_of: experiment {experiment} has no ok scheme for {workload.name} on this machine "
+            f"({fingerprint}) in {where}: run it first, e.g. `harness run -m +sweeps={experiment} "
+            f"workload={workload.name} results_dir={where}`"
+        )
+    best = ok.sort_values("median_ns").head(n)
+    return [
+        Candidate("scheme", str(r.candidate_text), tuple(sorted(json.loads(r.candidate_options).items())))
+        for r in best.itertuples()
+    ]

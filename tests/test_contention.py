@@ -1,0 +1,184 @@
+"""Timing with a neighbour (issue 32): a co-runner started and stopped by the driver on another CPU, said
+in the row, kept apart from the plain timing of the same candidate; and another experiment's winners as
+a space's candidates (``space.best_of``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from harness import analysis, store
+from harness import experiment as exp_mod
+from harness.cli import UsageError
+from harness.machine import detect
+from harness.run import TimingConfig, corunner_cpu
+from harness.winners import NoWinners, best_of
+from kernels.candidate import Candidate, Workload
+from tests.conftest import FAST_TIMING, scheme
+
+TWO_CPUS = len(os.sched_getaffinity(0)) >= 2
+needs_two = pytest.mark.skipif(not TWO_CPUS, reason="a co-runner needs a second CPU (this process has one)")
+W = Workload.make("mm", "matmul", {"i": 16, "j": 16, "k": 8})
+STREAM = dataclasses.replace(
+    FAST_TIMING, contention="stream", contention_bytes=1 << 20, min_reps=3, max_reps=3
+)
+
+
+def test_bad_contention_settings_are_refused() -> None:
+    with pytest.raises(ValueError, match="timing.contention must be one of none, stream"):
+        TimingConfig(contention="memory-hog")
+    with pytest.raises(ValueError, match="contention_bytes must be at least 64"):
+        TimingConfig(contention="stream", contention_bytes=8)
+
+
+def test_a_co_runner_needs_a_cpu_besides_the_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {3})
+    with pytest.raises(ValueError, match=r"needs a CPU besides the kernel's \[3\]"):
+        corunner_cpu(STREAM, [3])
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {0, 1, 3})
+    assert corunner_cpu(STREAM, [3]) == 1
+
+
+def _drivers() -> list[str]:
+    out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True, check=True).stdout
+    return [ln for ln in out.splitlines() if "--corun stream" in ln and "ps -eo" not in ln]
+
+
+@needs_two
+def test_the_driver_runs_the_co_runner_during_the_timing_and_stops_it(
+    shared_cache: Path, tmp_path: Path
+) -> None:
+    """The result says what ran beside the kernel and how hard it streamed; no co-runner outlives it."""
+    cands = [scheme("[R_i, R_j, R_k]")]
+    exp = exp_mod.Experiment("co", W, cands, timing=STREAM, results_dir=tmp_path, cache_root=shared_cache)
+    (row,) = exp_mod.run_experiment(exp, progress=lambda _m: None)
+    assert row["status"] == "ok", row["reason"]
+    assert row["contention"] == "stream" and row["contention_bytes"] == 1 << 20
+    assert row["contention_gbps"] > 0.1  # it streamed: a megabyte is a few microseconds a pass
+    assert _drivers() == []
+
+
+@needs_two
+def test_without_contention_the_driver_reports_none(shared_cache: Path, tmp_path: Path) -> None:
+    cands = [scheme("[R_i, R_j, R_k]")]
+    exp = exp_mod.Experiment(
+        "plain", W, cands, timing=FAST_TIMING, results_dir=tmp_path, cache_root=shared_cache
+    )
+    (row,) = exp_mod.run_experiment(exp, progress=lambda _m: None)
+    assert row["status"] == "ok" and row["contention"] is None and row.get("contention_gbps") is None
+
+
+def test_a_contended_timing_is_another_row_and_another_unit() -> None:
+    """The same candidate timed alone and with a co-runner: two row ids, two summary lines. A plain row's id
+    is the one rows had before the co-runner existed (old results directories resume)."""
+    args = ("exp", "key", "w", "hot", 0, "fp")
+    assert store.row_id(*args) == store.row_id(*args, None) != store.row_id(*args, "stream")
+    from tests.test_store import make_row
+
+    plain = make_row()
+    contended = make_row(contention="stream", contention_bytes=1 << 20, contention_gbps=3.0,
+                         times_ns=[2000.0, 2100.0, 1900.0, 2050.0])  # fmt: skip
+    tables = [store.validate_row(r).to_pandas() for r in (plain, contended)]
+    import pandas as pd
+
+    summary = analysis.summarize(pd.concat(tables, ignore_index=True))
+    assert len(summary) == 2
+    by = {
+        (None if pd.isna(c) else c): t
+        for c, t in zip(summary["contention"], summary["median_ns"], strict=True)
+    }
+    assert by[None] == pytest.approx(1025.0) and by["stream"] == pytest.approx(2025.0)
+
+
+def _stored(tmp_path: Path, shared_cache: Path, cands: list[Candidate], **timing: object) -> None:
+    exp = exp_mod.Experiment("search", W, cands, timing=dataclasses.replace(FAST_TIMING, **timing),
+                             results_dir=tmp_path, cache_root=shared_cache)  # fmt: skip
+    exp_mod.run_experiment(exp, progress=lambda _m: None)
+
+
+def test_best_of_takes_the_fastest_plain_schemes_of_another_experiment(
+    tmp_path: Path, shared_cache: Path
+) -> None:
+    fast, slow = scheme("[R_i, R_k, R_j]"), scheme("[R_j, R_k, R_i]")
+    _stored(tmp_path, shared_cache, [fast, slow, Candidate("baseline", "numpy")])
+    summary = analysis.summarize(store.load(tmp_path, "search"))
+    by_time = (
+        summary[summary["candidate_kind"] == "scheme"].sort_values("median_ns")["candidate_key"].tolist()
+    )
+    fp = detect().fingerprint
+    (one,) = best_of({"experiment": "search"}, tmp_path, W, fp)
+    assert one.key == by_time[0]  # the baseline never counts, whatever its time
+    two = best_of({"experiment": "search", "n": 2}, tmp_path, W, fp)
+    assert [c.key for c in two] == by_time and {c.key for c in two} == {fast.key, slow.key}
+    with pytest.raises(NoWinners, match="no ok scheme for other on this machine"):
+        best_of(
+            {"experiment": "search"},
+            tmp_path,
+            Workload.make("other", "matmul", {"i": 16, "j": 16, "k": 8}),
+            fp,
+        )
+    with pytest.raises(NoWinners, match="needs an experiment and n >= 1"):
+        best_of({"experiment": "search", "n": 0}, tmp_path, W, fp)
+
+
+def test_best_of_in_a_composed_experiment_names_the_command_to_run_first(tmp_path: Path) -> None:
+    from tests.test_gemm_family import compose_candidates
+
+    with pytest.raises(UsageError, match=r"run it first, e.g. `harness run -m \+sweeps=ttile_conv_random"):
+        compose_candidates("+sweeps=ttile_conv_contention", "workload=yolo9000_12", f"results_dir={tmp_path}")
+
+
+# -- harness versus: the best candidate against its baselines, round by round ------------------------------
+def _unit(key: str, kind: str, text: str, workload: str, rounds: list[float], **extra: object) -> dict:
+    from tests.test_store import make_row
+
+    times = [t for t in rounds for _ in range(2)]
+    stamps = [f"2026-11-26T12:0{i}:00+00:00" for i in range(len(rounds))]
+    names = {"candidate_key": key, "candidate_kind": kind, "candidate_text": text, "label": text}
+    if kind == "baseline":  # a versioned library (a baseline row without one reads as Debian's oneDNN 2.6)
+        names.update(library=text.split("-")[0], library_version="3.2.0", library_source="pypi")
+    return make_row(**names, workload=workload, times_ns=times, round_medians_ns=rounds, round_times=stamps,
+                    **extra)  # fmt: skip
+
+
+def test_versus_pairs_the_best_candidate_with_the_fastest_baseline_round_by_round(tmp_path: Path) -> None:
+    from harness.commands import versus as vs
+
+    rows = [
+        _unit("a", "scheme", "[A]", "yolo9000_12", [900.0, 1000.0, 950.0]),
+        _unit("b", "scheme", "[B]", "yolo9000_12", [2000.0, 2000.0, 2000.0]),
+        _unit("o1", "baseline", "onednn", "yolo9000_12", [1000.0, 1050.0, 1000.0]),
+        _unit("o2", "baseline", "onednn-blocked", "yolo9000_12", [3000.0, 3000.0, 3000.0]),
+        _unit("n", "baseline", "numpy", "yolo9000_12", [10.0, 10.0, 10.0]),  # not a named baseline
+        _unit("c", "scheme", "[C]", "resnet18_06", [1200.0, 1100.0, 1300.0]),
+        _unit("o3", "baseline", "onednn", "resnet18_06", [1000.0, 1000.0, 1000.0]),
+        _unit("c", "scheme", "[C]", "resnet18_06", [1500.0, 1500.0, 1500.0], contention="stream"),
+        _unit("o3", "baseline", "onednn", "resnet18_06", [1000.0, 1000.0, 1000.0], contention="stream"),
+    ]
+    for r in rows:
+        store.write_row(tmp_path, r)
+    table = vs.versus(analysis.summarize(store.load(tmp_path, "exp1")), vs.DEFAULT_BASELINES)
+    by = {(r.workload, r.condition): r for r in table.itertuples()}
+    assert set(by) == {("yolo9000_12", "hot"), ("resnet18_06", "hot"), ("resnet18_06", "hot+stream")}
+    y = by[("yolo9000_12", "hot")]
+    assert y.best == "[A]" and y.baseline == "onednn" and y.rounds == 3
+    assert (y.round_ratio_low, y.round_ratio, y.round_ratio_high) == pytest.approx(
+        (1.05, 1000 / 950, 1000 / 900)
+    )
+    assert by[("resnet18_06", "hot")].round_ratio == pytest.approx(1000 / 1200)
+    assert by[("resnet18_06", "hot+stream")].round_ratio == pytest.approx(1000 / 1500)
+    nets = vs.networks(table).set_index(["condition", "network"])
+    assert nets.loc[("hot", "yolo9000"), "ahead_median"] == 1
+    assert nets.loc[("hot", "resnet18"), "ahead_every_round"] == 0
+
+
+def test_versus_says_when_there_is_nothing_to_compare(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    from harness.commands import versus as vs
+
+    with pytest.raises(SystemExit) as exc:
+        vs.main(["--results", str(tmp_path), "--experiment", "nothing"])
+    assert exc.value.code == 2 and "no rows of experiment nothing" in capsys.readouterr().err
