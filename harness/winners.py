@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 from harness import analysis, store
 from kernels.candidate import Candidate, Workload
 
@@ -23,15 +25,16 @@ class NoWinners(ValueError):
 def best_of(
     spec: Mapping[str, Any], results_dir: Path, workload: Workload, fingerprint: str
 ) -> list[Candidate]:
-    """The ``spec['n']`` (default 1) fastest ok schemes of experiment ``spec['experiment']`` on
-    ``workload`` and this machine, by median time in hot mode without a co-runner; their code-generation
-    options are the ones they were measured with."""
+    """The ``spec['n']`` (default 1) fastest ok schemes of experiment ``spec['experiment']`` (or of a list
+    of experiments, pooled: the best of several searches) on ``workload`` and this machine, by median time
+    in hot mode without a co-runner; their code-generation options are the ones they were measured with."""
     experiment = spec.get("experiment")
+    names = [experiment] if isinstance(experiment, str) else list(experiment or [])
     n = spec.get("n", 1)
-    if not experiment or not isinstance(n, int) or isinstance(n, bool) or n < 1:
-        raise NoWinners(f"space.best_of needs an experiment and n >= 1, got {dict(spec)}")
+    if not names or not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise NoWinners(f"space.best_of needs an experiment (or a list) and n >= 1, got {dict(spec)}")
     where = Path(spec.get("results_dir") or results_dir)
-    rows = store.load(where, str(experiment))
+    rows = pd.concat([store.load(where, str(e)) for e in names], ignore_index=True)
     if not rows.empty:
         plain = rows["contention"].isna() & (rows["timing_mode"] == "hot")
         mine = (rows["workload"] == workload.name) & (rows["machine_fingerprint"] == fingerprint)
@@ -40,8 +43,8 @@ def best_of(
     ok = summary[summary["status"] == "ok"] if not summary.empty else summary
     if ok.empty:
         raise NoWinners(
-            f"space.best_of: experiment {experiment} has no ok scheme for {workload.name} on this machine "
-            f"({fingerprint}) in {where}: run it first, e.g. `harness run -m +sweeps={experiment} "
+            f"space.best_of: experiment {', '.join(map(str, names))} has no ok scheme for {workload.name} on "
+            f"this machine ({fingerprint}) in {where}: run it first, e.g. `harness run -m +sweeps={names[0]} "
             f"workload={workload.name} results_dir={where}`"
         )
     best = ok.sort_values("median_ns").head(n)

@@ -20,7 +20,10 @@ Space knobs (``conf/space/conv_*.yaml``, section ``conv``), the options of issue
   dimension (c, r, s, in a random order) right above the microkernel, so the output accumulators stay in
   registers across a whole reduction block, as oneDNN's kernels loop over kh, kw and an input-channel
   block. 0 (default) is the thesis's uniform permutation; issue 32 measured this prior on the stems
-  (yolo9000_00: 50% of peak for the best of 100 uniform draws, 89% with c, r, s innermost).
+  (yolo9000_00: 50% of peak for the best of 100 uniform draws, 89% with c, r, s innermost);
+- ``pack_weights``: the probability (0 to 1) that a draw packs the weights into microkernel panels
+  (``PackT_K[k/kf,r,s,c,k]``) above its outermost h or w loop (0, default: the thesis's space; issue 32:
+  +6 points on yolo9000_23 and yolo9000_18, whose weight rows are 113 KB and 4 KB apart).
 """
 
 from __future__ import annotations
@@ -157,6 +160,7 @@ class ConvSpace:
     lambda_dims: tuple[str, ...] = ("w", "h")
     max_levels: int = 4
     reduction_inner: float = 0.0  # probability of the reductions-innermost prior (0: the thesis's sampler)
+    pack_weights: float = 0.0  # probability of packing the weights in microkernel panels (0: the thesis's)
     parallel: int = 0  # threads of the §5.6/§6.2.1 rule (0: sequential): Tpar_{threads,d} outermost
     extra: tuple[tuple[str, int], ...] = field(default=())  # unused knobs kept for the record
 
@@ -188,9 +192,10 @@ class ConvSpace:
             raise ConvSpaceError(
                 f"space.conv.parallel must be 0 (sequential) or a thread count >= 2, got {par!r}"
             )
-        p = conf.get("reduction_inner", 0.0)
-        if isinstance(p, bool) or not isinstance(p, int | float) or not 0 <= p <= 1:
-            raise ConvSpaceError(f"space.conv.reduction_inner is a probability in [0, 1], got {p!r}")
+        for knob in ("reduction_inner", "pack_weights"):
+            p = conf.get(knob, 0.0)
+            if isinstance(p, bool) or not isinstance(p, int | float) or not 0 <= p <= 1:
+                raise ConvSpaceError(f"space.conv.{knob} is a probability in [0, 1], got {p!r}")
         if conf.get("microkernels") == "forced" and not conf.get("forced"):
             raise ConvSpaceError('space.conv.microkernels=forced needs space.conv.forced: ["U_{17,h}, V_k"]')
         return cls(**{k: v for k, v in conf.items() if v is not None})
@@ -376,6 +381,9 @@ def _assemble(
         outer = _reductions_inner(outer, rng)
     atoms = ([par] if par else []) + [a for _, a in outer]
     suffix = plan.suffix()
+    packs = ctx.space.pack_weights and ctx.space.packing == "none" and rng.random() < ctx.space.pack_weights
+    if packs and (text := _weights_in_panels(ctx, plan, outer, [par] if par else [], suffix)) is not None:
+        return text
     if ctx.space.packing != "none":
         tensor = rng.choice(["I", "K"]) if ctx.space.packing == "any" else ctx.space.packing
         positions = list(range(1 if par else 0, len(atoms) + 1))
@@ -385,6 +393,23 @@ def _assemble(
             if ctx.legal(text):
                 return text
     return "[" + ", ".join([*atoms, *suffix]) + "]"
+
+
+def _weights_in_panels(
+    ctx: Context, plan: Plan, outer: list[tuple[str, str]], head: list[str], suffix: list[str]
+) -> str | None:
+    """The scheme with the weights packed in microkernel order, ``PackT_K[k/kf,r,s,c,k]`` (panels of the
+    microkernel's kf output channels, each r x s x c x kf contiguous, as oneDNN's blocked weights), right
+    above the outermost loop on h or w: the panels of the current k/c/r/s tile are copied once and read by
+    every output row and column below. None when nothing on h or w loops above the microkernel (no reuse
+    to pay for the copy), when k is partial, or when the result is illegal."""
+    at = next((i for i, (d, _) in enumerate(outer) if d in ("h", "w")), None)
+    if at is None or "k" in plan.partial_dims:
+        return None
+    pack = f"PackT_K[k/{plan.footprint('k', ctx.lanes)},r,s,c,k]"
+    atoms = [a for _, a in outer]
+    text = "[" + ", ".join([*head, *atoms[:at], pack, *atoms[at:], *suffix]) + "]"
+    return text if ctx.legal(text) else None
 
 
 def _reductions_inner(outer: list[tuple[str, str]], rng: random.Random) -> list[tuple[str, str]]:

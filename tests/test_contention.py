@@ -121,7 +121,9 @@ def test_best_of_takes_the_fastest_plain_schemes_of_another_experiment(
             Workload.make("other", "matmul", {"i": 16, "j": 16, "k": 8}),
             fp,
         )
-    with pytest.raises(NoWinners, match="needs an experiment and n >= 1"):
+    pooled = best_of({"experiment": ["search", "nothing-here"], "n": 2}, tmp_path, W, fp)
+    assert [c.key for c in pooled] == by_time  # a list of experiments: the best of them all
+    with pytest.raises(NoWinners, match=r"needs an experiment \(or a list\) and n >= 1"):
         best_of({"experiment": "search", "n": 0}, tmp_path, W, fp)
 
 

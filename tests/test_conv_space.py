@@ -218,6 +218,31 @@ def test_reduction_inner_prior_puts_the_innermost_c_r_s_tiles_above_the_microker
         cs.ConvSpace.from_config({"reduction_inner": 1.5})
 
 
+def test_pack_weights_prior_packs_microkernel_panels_above_the_first_h_or_w_loop() -> None:
+    """space.conv.pack_weights=p: with probability p a draw packs the weights as PackT_K[k/kf,r,s,c,k] (kf the
+    microkernel's output channels) right above its outermost h or w loop, legal by construction; p = 0
+    draws as before."""
+    w = Workload.make("cv", "conv2d", {"h": 4, "w": 8, "k": 32, "c": 8, "r": 3, "s": 3})
+    plans = [cs.Plan((("k", 2), ("w", 4)))]
+
+    def draws(p: float, n: int = 300) -> list[str]:
+        ctx, rng = cs.Context(cs.ConvSpace(pack_weights=p), w, "avx2", plans), random.Random(3)
+        return [cs.draw(ctx, "random", rng)[0] for _ in range(n)]
+
+    assert not any("Pack" in t for t in draws(0.0))
+    for text in draws(1.0):
+        atoms = parse_scheme(text)
+        kinds = [a.kind for a in atoms]
+        at = kinds.index("PackT")
+        assert atoms[at].text() == "PackT_K[k/16,r,s,c,k]"
+        assert all(a.dim not in ("h", "w") for a in atoms[:at])
+        assert atoms[at + 1].dim in ("h", "w")
+    share = sum("PackT" in t for t in draws(0.5)) / 300
+    assert 0.4 < share < 0.6
+    with pytest.raises(cs.ConvSpaceError, match="pack_weights is a probability"):
+        cs.ConvSpace.from_config({"pack_weights": -0.1})
+
+
 def test_fixed_permutation_is_level_by_level() -> None:
     ctx = _toy(64, 4, cs.ConvSpace(permutation="fixed", fixed_order=("k", "h", "w", "c", "r", "s")))
     rng = random.Random(2)
