@@ -201,16 +201,13 @@ ENUMS: dict[str, tuple[str, ...]] = {
     "status": STATUSES,
 }
 
-#: Columns that must be present and non-null: they name the row and where it lives.
-REQUIRED_NON_NULL: tuple[str, ...] = (
-    "experiment",
-    "candidate_key",
-    "workload",
-    "timing_mode",
-    "seed",
-    "machine_fingerprint",
-    "status",
+#: the columns that make a row's id, in :func:`row_id`'s order (a null contention: no co-runner)
+ID_COLUMNS = (
+    *("experiment", "candidate_key", "workload", "timing_mode", "seed", "machine_fingerprint"),
+    "contention",
 )
+#: Columns that must be present and non-null: they name the row and where it lives.
+REQUIRED_NON_NULL: tuple[str, ...] = (*ID_COLUMNS[:-1], "status")
 
 _ROW_SUFFIX = ".parquet"
 COMPACTED = "_compacted.parquet"
@@ -218,18 +215,6 @@ COMPACTED = "_compacted.parquet"
 COMPACT_AT = 500
 _TMP_PREFIX = ".tmp-"
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+=,@-]*$")
-
-
-#: the columns that make a row's id, in :func:`row_id`'s order
-ID_COLUMNS = (
-    "experiment",
-    "candidate_key",
-    "workload",
-    "timing_mode",
-    "seed",
-    "machine_fingerprint",
-    "contention",
-)
 
 
 def row_id(
