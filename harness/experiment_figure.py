@@ -117,9 +117,7 @@ def _per_candidate(reps: pd.DataFrame, units: pd.DataFrame) -> Figure:
     units = units.assign(condition=condition(units))
     modes = sorted(units["condition"].unique())
     rows_of = {
-        (w, m): units[(units["workload"] == w) & (units["condition"] == m)]
-        for w in workloads
-        for m in modes
+        (w, m): units[(units["workload"] == w) & (units["condition"] == m)] for w in workloads for m in modes
     }
     n_rows = [
         max(
