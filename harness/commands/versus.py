@@ -15,6 +15,7 @@ the candidates ahead in every round / in their median.
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from pathlib import Path
 
@@ -44,13 +45,17 @@ def _rounds(row: pd.Series) -> int:
     return 0 if r is None or isinstance(r, float) else len(r)
 
 
+@functools.cache
+def _conv_networks() -> dict[str, str]:
+    from kernels.conv_space import load_layers
+
+    return {layer.name: layer.network for layer in load_layers()}
+
+
 def _network(workload: str) -> str:
     """The group a workload's line is averaged in: its conv network (kernels.conv_space's table), else
     its name up to the last underscore."""
-    from kernels.conv_space import load_layers
-
-    nets = {layer.name: layer.network for layer in load_layers()}
-    return nets.get(workload, workload.rsplit("_", 1)[0])
+    return _conv_networks().get(workload, workload.rsplit("_", 1)[0])
 
 
 def versus(summary: pd.DataFrame, baselines: tuple[str, ...]) -> pd.DataFrame:
