@@ -35,12 +35,10 @@ def best_of(
         raise NoWinners(f"space.best_of needs an experiment (or a list) and n >= 1, got {dict(spec)}")
     where = Path(spec.get("results_dir") or results_dir)
     rows = pd.concat([store.load(where, str(e)) for e in names], ignore_index=True)
-    if not rows.empty:
-        plain = rows["contention"].isna() & (rows["timing_mode"] == "hot")
-        mine = (rows["workload"] == workload.name) & (rows["machine_fingerprint"] == fingerprint)
-        rows = rows[plain & mine & (rows["candidate_kind"] == "scheme")]
-    summary = analysis.summarize(rows) if not rows.empty else rows
-    ok = summary[summary["status"] == "ok"] if not summary.empty else summary
+    plain = rows["contention"].isna() & (rows["timing_mode"] == "hot")
+    mine = (rows["workload"] == workload.name) & (rows["machine_fingerprint"] == fingerprint)
+    summary = analysis.summarize(rows[plain & mine & (rows["candidate_kind"] == "scheme")])
+    ok = summary[summary["status"] == "ok"]
     if ok.empty:
         raise NoWinners(
             f"space.best_of: experiment {', '.join(map(str, names))} has no ok scheme for {workload.name} on "

@@ -195,7 +195,6 @@ class _Gen:
     ws_base: str = "(float *)workspace"  # where pack buffers start (per thread under a parallel loop)
     parallel: bool = False
     external_sites: list[str] = field(default_factory=list)  # file-scope declarations of the call sites
-    rolled: bool = False  # loops emitted now stay rolled (a hoisted region of many accumulators)
 
     def __post_init__(self) -> None:
         # how each tensor (ABI order) is addressed here: itself, or the buffer of an enclosing Pack
@@ -275,8 +274,8 @@ class _Gen:
             return
         v = self.fresh(d)  # type: ignore[arg-type]
         bound = self._plus(base, extent)
-        if self.rolled:
-            self.line("#pragma GCC unroll 1")
+        if self.acc_scope is not None and len(self.acc_scope) > self.target.registers // 2:
+            self.line("#pragma GCC unroll 1")  # see emit_hoisted
         self.line(f"for (int {v} = {base}; {v} < {bound}; {v} += {step.step}) {{")
         self.depth += 1
         child_extent: int | str = step.step
@@ -709,14 +708,12 @@ class _Gen:
             accs, masks = self.open_region(env, binding)
             self.acc_scope = accs
             hoist_at, self.hoist_at = self.hoist_at, None
-            # Reduction loops below keep their accumulators in registers. gcc -O3 unrolls a short one (r, s
-            # or c of 3) completely and hoists the next steps' loads above the FMAs: with accumulators in
-            # more than half the register file that spills (yolo9000_00, w = 14 x k = 2 on AVX-512: 44% of
-            # peak unrolled, 78% rolled), while small register tiles gain from the unrolling (w = 6-7: 88%
-            # unrolled, 82% rolled): issue 32, measured on an Emerald Rapids.
-            self.rolled = len(accs) > self.target.registers // 2
+            # Reduction loops below keep their accumulators in registers, and stay rolled when those take
+            # more than half the register file (emit). gcc -O3 unrolls a short one (r, s or c of 3)
+            # completely and hoists the next steps' loads above the FMAs: such a tile spills (yolo9000_00,
+            # w = 14 x k = 2 on AVX-512: 44% of peak unrolled, 78% rolled), while small register tiles gain
+            # from the unrolling (w = 6-7: 88% unrolled, 82% rolled): issue 32, measured on an Emerald Rapids.
             self.emit(pos, env, binding)
-            self.rolled = False
             self.hoist_at = hoist_at
             self.acc_scope, self.masks = None, masks
             self.store_accumulators(accs)

@@ -379,10 +379,11 @@ def _assemble(
         outer = _fixed_order(outer, ctx.space.fixed_order)
     elif ctx.space.reduction_inner and rng.random() < ctx.space.reduction_inner:
         outer = _reductions_inner(outer, rng)
-    atoms = ([par] if par else []) + [a for _, a in outer]
+    head = [par] if par else []
+    atoms = head + [a for _, a in outer]
     suffix = plan.suffix()
     packs = ctx.space.pack_weights and ctx.space.packing == "none" and rng.random() < ctx.space.pack_weights
-    if packs and (text := _weights_in_panels(ctx, plan, outer, [par] if par else [], suffix)) is not None:
+    if packs and (text := _weights_in_panels(ctx, plan, outer, head, suffix)) is not None:
         return text
     if ctx.space.packing != "none":
         tensor = rng.choice(["I", "K"]) if ctx.space.packing == "any" else ctx.space.packing
