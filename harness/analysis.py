@@ -219,6 +219,16 @@ def _keyed(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.assign(contention=co.astype(object).where(co.notna(), None))
 
 
+def condition(frame: pd.DataFrame) -> pd.Series:
+    """A unit's timing condition in words: "hot cache", "cold cache", or with the co-runner the timing met
+    ("hot cache + stream co-runner", timing.contention)."""
+    text = frame["timing_mode"].astype(str) + " cache"
+    if "contention" in frame:
+        co = frame["contention"]
+        text = text.where(co.isna(), text + " + " + co.astype(str) + " co-runner")
+    return text.rename("condition")
+
+
 def summarize(df: pd.DataFrame) -> pd.DataFrame:
     """One line per (experiment, machine, workload, candidate, timing mode) with its performance.
 

@@ -21,6 +21,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
+from harness import analysis
+
 #: candidates a facet names, besides the baselines (the best by median % of peak)
 SHOWN = 12
 #: above this many workloads, one line per workload (the distribution view)
@@ -49,16 +51,6 @@ CSV_COLUMNS = [
 ]
 
 
-def condition(frame: pd.DataFrame) -> pd.Series:
-    """A facet's timing condition in words: "hot cache", "cold cache", or with the co-runner the timing met
-    ("hot cache + stream co-runner", timing.contention)."""
-    text = frame["timing_mode"].astype(str) + " cache"
-    if "contention" in frame:
-        co = frame["contention"]
-        text = text.where(co.isna(), text + " + " + co.astype(str) + " co-runner")
-    return text.rename("condition")
-
-
 def mark_shown(units: pd.DataFrame, shown: int = SHOWN) -> pd.DataFrame:
     """``units`` (ok summary lines) with a column ``shown``: in each facet (workload x timing mode), every
     reference and the ``shown`` best other candidates by median % of peak."""
@@ -66,7 +58,7 @@ def mark_shown(units: pd.DataFrame, shown: int = SHOWN) -> pd.DataFrame:
     ref = units["candidate_kind"].isin(REFERENCE_KINDS)
     rank = (
         units[~ref]
-        .groupby(["workload", condition(units[~ref])])["pct_peak_median"]
+        .groupby(["workload", analysis.condition(units[~ref])])["pct_peak_median"]
         .rank(ascending=False, method="first")
     )
     units["shown"] = ref | units.index.isin(rank.index[rank <= shown])
@@ -114,7 +106,7 @@ def _per_candidate(reps: pd.DataFrame, units: pd.DataFrame) -> Figure:
     kinds = sorted(units["candidate_kind"].dropna().unique())
     palette = dict(zip(kinds, sns.color_palette("deep", len(kinds)), strict=True))
     workloads = sorted(units["workload"].unique())
-    units = units.assign(condition=condition(units))
+    units = units.assign(condition=analysis.condition(units))
     modes = sorted(units["condition"].unique())
     rows_of = {
         (w, m): units[(units["workload"] == w) & (units["condition"] == m)] for w in workloads for m in modes
@@ -136,7 +128,7 @@ def _per_candidate(reps: pd.DataFrame, units: pd.DataFrame) -> Figure:
     xmax = _xmax(units["pct_peak_median"].combine(units["pct_peak_min"], max))
     reps_by_unit = {
         key: part["pct_peak"].to_numpy()
-        for key, part in reps.groupby(["workload", condition(reps), "candidate_key"], sort=False)
+        for key, part in reps.groupby(["workload", analysis.condition(reps), "candidate_key"], sort=False)
     }
     rng = np.random.default_rng(0)  # the jitter: the same data draws the same picture
     for i, workload in enumerate(workloads):
@@ -194,7 +186,7 @@ def _per_candidate(reps: pd.DataFrame, units: pd.DataFrame) -> Figure:
 def _per_workload(units: pd.DataFrame) -> Figure:
     """A line per workload, a facet per timing mode: the candidates' medians as a box, the best as a star,
     each baseline's median as a marker of its own."""
-    units = units.assign(condition=condition(units))
+    units = units.assign(condition=analysis.condition(units))
     workloads = sorted(units["workload"].unique())
     modes = sorted(units["condition"].unique())
     refs = sorted(units.loc[units["candidate_kind"].isin(REFERENCE_KINDS), "display"].astype(str).unique())

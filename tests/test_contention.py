@@ -165,17 +165,21 @@ def test_versus_pairs_the_best_candidate_with_the_fastest_baseline_round_by_roun
         store.write_row(tmp_path, r)
     table = vs.versus(analysis.summarize(store.load(tmp_path, "exp1")), vs.DEFAULT_BASELINES)
     by = {(r.workload, r.condition): r for r in table.itertuples()}
-    assert set(by) == {("yolo9000_12", "hot"), ("resnet18_06", "hot"), ("resnet18_06", "hot+stream")}
-    y = by[("yolo9000_12", "hot")]
+    assert set(by) == {
+        ("yolo9000_12", "hot cache"),
+        ("resnet18_06", "hot cache"),
+        ("resnet18_06", "hot cache + stream co-runner"),
+    }
+    y = by[("yolo9000_12", "hot cache")]
     assert y.best == "[A]" and y.baseline == "onednn" and y.rounds == 3
     assert (y.round_ratio_low, y.round_ratio, y.round_ratio_high) == pytest.approx(
         (1.05, 1000 / 950, 1000 / 900)
     )
-    assert by[("resnet18_06", "hot")].round_ratio == pytest.approx(1000 / 1200)
-    assert by[("resnet18_06", "hot+stream")].round_ratio == pytest.approx(1000 / 1500)
+    assert by[("resnet18_06", "hot cache")].round_ratio == pytest.approx(1000 / 1200)
+    assert by[("resnet18_06", "hot cache + stream co-runner")].round_ratio == pytest.approx(1000 / 1500)
     nets = vs.networks(table).set_index(["condition", "network"])
-    assert nets.loc[("hot", "yolo9000"), "ahead_median"] == 1
-    assert nets.loc[("hot", "resnet18"), "ahead_every_round"] == 0
+    assert nets.loc[("hot cache", "yolo9000"), "ahead_median"] == 1
+    assert nets.loc[("hot cache", "resnet18"), "ahead_every_round"] == 0
 
 
 def test_versus_says_when_there_is_nothing_to_compare(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

@@ -60,12 +60,8 @@ def _network(workload: str) -> str:
 
 def versus(summary: pd.DataFrame, baselines: tuple[str, ...]) -> pd.DataFrame:
     """One line per (machine, workload, condition) that has both sides ok (see the module's doc)."""
-    ok = summary[summary["status"] == "ok"].copy()
-    ok["condition"] = ok["timing_mode"].astype(str)
-    if "contention" in ok:
-        ok["condition"] = ok["condition"].where(
-            ok["contention"].isna(), ok["condition"] + "+" + ok["contention"].astype(str)
-        )
+    ok = summary[summary["status"] == "ok"]
+    ok = ok.assign(condition=analysis.condition(ok))
     lines = []
     for (fp, workload, cond), part in ok.groupby(["machine_fingerprint", "workload", "condition"], sort=True):
         libs = part[part["candidate_text"].isin(baselines) & (part["candidate_kind"] == "baseline")]
