@@ -6,6 +6,7 @@ compile) on AVX2-only hosts too; only running them needs the hardware.
 
 from __future__ import annotations
 
+import errno
 import functools
 import hashlib
 import json
@@ -21,7 +22,18 @@ from pathlib import Path
 from kernels.candidate import KernelSource
 
 ERROR_TAIL = 4000  # characters of compiler stderr kept in a BuildResult
-COMPILE_TIMEOUT_S = 300
+NO_SPACE = os.strerror(errno.ENOSPC)  # "No space left on device", as the compiler prints it
+COMPILE_TIMEOUT_S = 300  # plus one second per COMPILE_LINES_PER_S lines of source: big code takes longer
+COMPILE_LINES_PER_S = 100
+
+
+def compile_timeout(code: str) -> float:
+    """Seconds the compiler gets for ``code``: a base, plus time in proportion to the source's lines."""
+    return COMPILE_TIMEOUT_S + code.count("\n") / COMPILE_LINES_PER_S
+
+
+class BuildInterrupted(RuntimeError):
+    """The compiler was killed from outside: the run stops without recording a compile error."""
 
 
 @dataclass(frozen=True)
@@ -86,14 +98,27 @@ def _compile(cmd_head: list[str], code: str, cmd_tail: list[str], out: Path, wor
         with os.fdopen(fd, "w") as f:
             f.write(code)
         cmd = [*cmd_head, str(src), "-o", str(out), *cmd_tail]
+        timeout = compile_timeout(code)
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S, check=False)
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
         except subprocess.TimeoutExpired:
-            return f"compiler timed out after {COMPILE_TIMEOUT_S}s"
+            lines = code.count("\n")
+            return (
+                f"compiler timed out after {timeout:.0f}s (the limit for a {lines}-line source: "
+                f"{COMPILE_TIMEOUT_S}s + 1s per {COMPILE_LINES_PER_S} lines)"
+            )
         except OSError as exc:
             return f"cannot run {cmd_head[0]}: {exc}"
+        if proc.returncode < 0:  # killed (by a user, the OOM killer): not the candidate's fault, no row
+            raise BuildInterrupted(
+                f"the compiler was killed by signal {-proc.returncode} while building {out.name}; nothing "
+                "was recorded for it: run the same command again"
+            )
         if proc.returncode != 0:
-            return (proc.stderr or proc.stdout or f"exit {proc.returncode}")[-ERROR_TAIL:]
+            error = proc.stderr or proc.stdout or f"exit {proc.returncode}"
+            if NO_SPACE in error:  # the disk, not the candidate: no compile_error row, the run stops
+                raise OSError(errno.ENOSPC, f"{NO_SPACE} (the compiler writing {out.name})", str(workdir))
+            return error[-ERROR_TAIL:]
         return None
     finally:
         src.unlink(missing_ok=True)

@@ -19,8 +19,10 @@ line naming what is wrong.
 from __future__ import annotations
 
 import argparse
+import errno
 import shutil
 import sys
+import tempfile
 import traceback
 from collections.abc import Mapping
 from pathlib import Path
@@ -62,8 +64,10 @@ def _check_choices(c: dict[str, Any]) -> None:
         if value not in allowed:
             raise UsageError(f"{key}={value!r} is not allowed; allowed: {', '.join(map(str, allowed))}")
     for backend in c["counters"]["backends"]:
-        if backend not in ("papi", "perf_event"):
-            raise UsageError(f"counters.backends: unknown backend {backend!r}; allowed: papi, perf_event")
+        if backend not in ("papi", "perf_event", "cachegrind"):
+            raise UsageError(
+                f"counters.backends: unknown backend {backend!r}; allowed: papi, perf_event, cachegrind"
+            )
     for entry in (c["baselines"] if c.get("baselines") is not None else c["space"].get("baselines")) or []:
         name = entry.get("name") if isinstance(entry, Mapping) else entry  # {name: onednn, threads: 2}
         if name not in BASELINE_NAMES:
@@ -140,6 +144,7 @@ def build_experiment(cfg: Any) -> Any:
     t = c["timing"]
     limits = c["limits"]
     mem = limits.get("memory_gib")
+    _guard(c["limits"], workload, candidates, int(mem * 2**30) if mem else int(0.8 * m.memory_bytes))
     return Experiment(
         name=str(c["experiment"]),
         workload=workload,
@@ -161,6 +166,24 @@ def build_experiment(cfg: Any) -> Any:
     )
 
 
+def _guard(limits: dict[str, Any], workload: Any, candidates: list[Any], memory_bytes: int) -> None:
+    """The size guards (kernels/guards.py) on the workload and every scheme, before anything is built."""
+    from kernels.guards import SizeLimits, SizeRefused, check_candidate, check_memory
+
+    unrolled, acc = limits.get("unrolled"), limits.get("accumulators")
+    if unrolled is not None and (isinstance(unrolled, bool) or not isinstance(unrolled, int) or unrolled < 1):
+        raise UsageError(f"limits.unrolled must be a positive integer or null, got {unrolled!r}")
+    if acc is not None and (isinstance(acc, bool) or not isinstance(acc, int | float) or acc <= 0):
+        raise UsageError(f"limits.accumulators must be a positive number or null, got {acc!r}")
+    guard = SizeLimits(unrolled, acc, memory_bytes)
+    try:
+        check_memory(workload, guard)
+        for cand in candidates:
+            check_candidate(cand, workload, guard)
+    except SizeRefused as exc:
+        raise UsageError(str(exc)) from None
+
+
 def _show(exp: Any) -> None:
     from kernels.candidate import render
 
@@ -173,6 +196,7 @@ def _hydra_main(command: str) -> None:
     import hydra
     from omegaconf import DictConfig
 
+    from harness.build import BuildInterrupted
     from kernels.baselines import BaselineUnavailable
     from kernels.operators import OperatorError
     from kernels.scheme import SchemeError
@@ -203,6 +227,15 @@ def _hydra_main(command: str) -> None:
             KeyError,
         ) as exc:
             _fail(str(exc).strip("'\""))
+            return
+        except BuildInterrupted as exc:
+            _fail(str(exc))
+            return
+        except OSError as exc:
+            if exc.errno not in STORAGE_ERRORS:
+                traceback.print_exc()
+                sys.exit(3)
+            _fail(storage_message(exc, Path(str(cfg.results_dir))))
             return
         except Exception:  # a bug of ours, not the user's: keep the traceback, distinct exit status
             traceback.print_exc()
@@ -302,6 +335,41 @@ def plugin_commands() -> dict[str, str]:
     return out
 
 
+STORAGE_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS}  # the disk, not the run: no traceback
+
+
+def storage_message(exc: OSError, results_dir: Path) -> str:
+    """One line for a results directory that filled up or became read-only mid-run."""
+    where = f" ({exc.filename})" if exc.filename else ""
+    return (
+        f"cannot write under {results_dir}: {exc.strerror or exc}{where}; every row stored before is kept "
+        "(each is written whole or not at all): free space and run the same command again, stored "
+        "candidates are not measured again"
+    )
+
+
+def writable_results(path: Path) -> None:
+    """Refuse a results directory the run could not write (a missing parent, a file, a read-only file
+    system) in one line, before Hydra, calibration or any measurement touches it."""
+    where = f"results directory {str(path)!r}"
+    if not path.parent.is_dir():
+        raise UsageError(f"{where}: its parent {str(path.parent)!r} does not exist (create it first)")
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"{where} is a file, not a directory")
+    try:
+        path.mkdir(exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".write-probe-"):
+            pass
+    except OSError as exc:
+        raise UsageError(f"{where} cannot be written: {exc.strerror or exc}") from None
+
+
+def _results_override(args: list[str]) -> Path:
+    """The ``results_dir=`` of a run's overrides (the config's default otherwise)."""
+    found = [a.split("=", 1)[1] for a in args if a.lstrip("+~").startswith("results_dir=")]
+    return Path(found[-1].strip("'\"") if found else "results")
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     modules = plugin_modules()
@@ -320,6 +388,10 @@ def main(argv: list[str] | None = None) -> None:
     if command in ("run", "show"):
         check_group_choices(rest)
         check_overrides(quote_schemes(rest))
+        try:
+            writable_results(_results_override(rest))
+        except UsageError as exc:
+            _fail(str(exc))
         sys.argv = [f"harness {command}", *quote_schemes(rest)]
         try:
             _hydra_main(command)
@@ -332,6 +404,10 @@ def main(argv: list[str] | None = None) -> None:
     if command == "calibrate":
         parser.add_argument("--force", action="store_true", help="measure again even if cached")
         args = parser.parse_args(rest)
+        try:
+            writable_results(args.results)
+        except UsageError as exc:
+            _fail(str(exc))
         from harness.calibrate import calibrate
         from harness.machine import detect
 
@@ -351,6 +427,10 @@ def main(argv: list[str] | None = None) -> None:
         parser.add_argument("--rerun", action="store_true", help="measure again even if stored")
         parser.add_argument("--out", type=Path, default=Path("results/figures/ttile_fig5_2.png"))
         args = parser.parse_args(rest)
+        try:
+            writable_results(args.results)
+        except UsageError as exc:
+            _fail(str(exc))
         from harness.microbench import command as microkernels
 
         try:

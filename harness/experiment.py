@@ -26,14 +26,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from harness import cachegrind, store
 from harness import machine as machine_mod
-from harness import store
 from harness.build import BuildResult, CompilerConfig, build_many
 from harness.calibrate import calibrate, probe_peak
 from harness.check import CheckConfig, check_output, make_tensors
 from harness.run import RunLimits, RunResult, TimingConfig, cpus_for, run_kernel
 from harness.sanity import CoreWatch, SanityConfig, drift_flags, row_flags
 from harness.search import Problem, SearchConfig, Strategy, make_strategy
+from harness.sentinel import Sentinel
 from kernels.baselines import BaselineUnavailable, library_info, versioned
 from kernels.candidate import Candidate, KernelSource, Workload, render
 from kernels.scheme import SchemeError
@@ -221,6 +222,9 @@ def run_experiment(
             f"{exp.cache_dir}, so the space uses kernels.conv_space.FALLBACK; `harness microkernels --isa "
             f"{exp.target} --results {exp.results_dir}` selects this machine's (the thesis selects first)"
         )
+    for aside in store.set_aside_unreadable(exp.results_dir, exp.name):
+        say(f"[{exp.name}] set aside an unreadable row file (truncated?); its candidate is measured again: "
+            f"{aside}")  # fmt: skip
     if len(store.row_files(exp.results_dir, exp.name)) >= store.COMPACT_AT:  # so each launch loads fast
         say(f"[{exp.name}] {store.compact(exp.results_dir, exp.name)} stored rows moved into one table")
     peaks = calibrate(m, cache_dir=exp.cache_dir)
@@ -234,15 +238,18 @@ def run_experiment(
         say(f"[{exp.name}] {skipped} candidate(s) already measured, skipped")
 
     exp_flags: list[str] = []
-    if (todo or exp.search is not None) and exp.sanity.probe and m.best_isa:
+    probe = (lambda: probe_peak(m.best_isa, exp.cache_dir)) if exp.sanity.probe and m.best_isa else None
+    first = None
+    if (todo or exp.search is not None) and probe is not None:
         entry = peaks.get(m.best_isa, {})
-        probed = [probe_peak(m.best_isa, exp.cache_dir)]
-        exp_flags = drift_flags(exp.sanity, entry.get("gflops"), probed, entry.get("other_busy_pct"))
+        first = probe()
+        exp_flags = drift_flags(exp.sanity, entry.get("gflops"), [first], entry.get("other_busy_pct"))
         for f in exp_flags:
             say(f"[{exp.name}] warning: {f}")
+    watch = Sentinel(probe, exp.sanity.sentinel_s, exp.sanity.max_peak_drift, exp_flags, first)
     tensors = make_tensors(exp.workload, exp.seed, exp.check)
     if strategy is not None:
-        rows = _run_search(exp, m, peaks, tensors, exp_flags, say, todo, strategy)
+        rows = _run_search(exp, m, peaks, tensors, watch, say, todo, strategy)
         for n in range(CONFIRM_PASSES if exp.timing.rounds > 1 else 0):
             libs, found, leaders = _confirmed(exp, m, say)
             short = [r for r in leaders if _rounds_of(r) < exp.timing.rounds]
@@ -254,11 +261,12 @@ def run_experiment(
                     f"rounds (those confirmed ran slower in theirs): confirming again "
                     f"({n + 1}/{CONFIRM_PASSES})"
                 )
-            rows = _interleaved_rounds(exp, m, tensors, say, rows, [c for c, _ in found], beside=libs)
+            rows = _interleaved_rounds(exp, m, tensors, say, rows, [c for c, _ in found], beside=libs,
+                                       watch=watch)  # fmt: skip
         return rows
-    rows = _measure_batch(exp, m, peaks, tensors, exp_flags, say, [c for c, _ in todo], time.monotonic())
+    rows = _measure_batch(exp, m, peaks, tensors, watch, say, [c for c, _ in todo], time.monotonic())
     if exp.timing.rounds > 1:
-        rows = _interleaved_rounds(exp, m, tensors, say, rows, exp.candidates)
+        rows = _interleaved_rounds(exp, m, tensors, say, rows, exp.candidates, watch=watch)
     return rows
 
 
@@ -285,7 +293,7 @@ def _measure_batch(
     m: machine_mod.Machine,
     peaks: dict[str, dict[str, Any]],
     tensors: Sequence[Any],
-    exp_flags: list[str],
+    watch: Sentinel,
     say: Callable[[str], None],
     cands: list[Candidate],
     start: float,
@@ -311,8 +319,10 @@ def _measure_batch(
         else:
             row["target"] = src.target
             give_up = race.give_up_ns() if race is not None else None
+            watch.tick()
             _measure(exp, m, peaks, src, next(builds), tensors, row, give_up)
-            row["flags"] = json.dumps(exp_flags + json.loads(row["flags"]))
+            row["flags"] = json.dumps(watch.flags + json.loads(row["flags"]))
+            watch.mark(row)
             if race is not None:
                 race.seen(row)
         store.write_row(exp.results_dir, row)
@@ -392,14 +402,27 @@ def _candidates_of(
 
 
 def _stored_perf(mine: pd.DataFrame) -> dict[str, float | None]:
-    """% of peak (median) of the stored candidates ``mine`` (:func:`_stored_rows`), by candidate key."""
+    """% of peak of the stored candidates ``mine`` (:func:`_stored_rows`), by candidate key, as the search
+    was told when it measured them: their first round. Confirmation rounds pool later rounds into
+    ``pct_peak_median``; an adaptive strategy (refine, optuna, tree) told those on a resume would rank its
+    parents differently and propose other candidates than the run it resumes."""
     if mine.empty:
         return {}
     out: dict[str, float | None] = {}
-    for r in mine.itertuples():
-        ok = r.status == "ok" and r.pct_peak_median is not None and r.pct_peak_median == r.pct_peak_median
-        out[str(r.candidate_key)] = float(r.pct_peak_median) if ok else None
+    for r in mine.to_dict("records"):
+        ns = _first_round_ns(r)
+        ok = r["status"] == "ok" and ns is not None and r.get("peak_gflops")
+        out[str(r["candidate_key"])] = 100.0 * (r["flops"] / ns) / r["peak_gflops"] if ok else None
     return out
+
+
+def _first_round_ns(row: dict[str, Any]) -> float | None:
+    """The median time of a stored row's first timing round (its median when it has one round)."""
+    rounds = row.get("round_medians_ns")
+    if rounds is not None and len(rounds):
+        return float(rounds[0])
+    ns = row.get("median_ns")
+    return None if ns is None or ns != ns else float(ns)
 
 
 def _selected_microkernels(exp: Experiment, m: machine_mod.Machine) -> list[dict[str, int]] | None:
@@ -437,7 +460,7 @@ def _run_search(
     m: machine_mod.Machine,
     peaks: dict[str, dict[str, Any]],
     tensors: Sequence[Any],
-    exp_flags: list[str],
+    watch: Sentinel,
     say: Callable[[str], None],
     todo: list[tuple[Candidate, str]],
     strategy: Strategy,
@@ -465,13 +488,11 @@ def _run_search(
     race = None
     if exp.timing.race is not None:
         race = Race(exp.timing.race)
-        for r in mine.to_dict("records"):  # a resumed search races its stored best
-            race.seen(r)
+        for r in mine.to_dict("records"):  # a resumed search races its stored best, as it first saw it
+            race.seen({**r, "median_ns": _first_round_ns(r)})
     if libs:
         extra = [{**search_cols, "search_index": None} for _ in libs]
-        rows += _measure_batch(
-            exp, m, peaks, tensors, exp_flags, say, libs, start, extra, (0, len(libs), counts)
-        )
+        rows += _measure_batch(exp, m, peaks, tensors, watch, say, libs, start, extra, (0, len(libs), counts))
     proposed, resumed = 0, 0
     batch = 1 if strategy.adaptive else cfg.batch
     while proposed < budget:
@@ -490,7 +511,7 @@ def _run_search(
         if new:
             done = len(rows) - len(libs)
             shown_total = max(total - resumed, done + len(new))
-            got = _measure_batch(exp, m, peaks, tensors, exp_flags, say, new, start, extra,
+            got = _measure_batch(exp, m, peaks, tensors, watch, say, new, start, extra,
                                  (done, shown_total, counts), race)  # fmt: skip
             for c, r in zip(new, got, strict=True):
                 strategy.tell(c, r["pct_peak_median"] if r["status"] == "ok" else None)
@@ -540,11 +561,34 @@ def _measure(
         return
     row["status"] = "ok"
     row["counters"] = json.dumps(res.counters)
+    if "cachegrind" in exp.counters and res.counter_backend == "none":  # no PMU read: simulate the caches
+        _simulated_counters(exp, src, built, tensors, row)
     row.update(store.perf_fields([float(t) for t in res.times_ns], exp.workload.flops, row["peak_gflops"]))
     flags = row_flags(exp.sanity, row["cov"], other_pct)
     if res.raced:
         flags.append(f"raced: slower than {give_up_ns:.4g} ns after {res.n_reps} calls, timing stopped")
     row["flags"] = json.dumps(flags)
+
+
+def _simulated_counters(
+    exp: Experiment, src: KernelSource, built: BuildResult, tensors: Sequence[Any], row: dict[str, Any]
+) -> None:
+    """Per-call counts of the kernel under cachegrind (harness/cachegrind.py) in the row's counters, or
+    why there are none in its ``counters_unavailable``."""
+    assert built.so_path is not None
+    unavailable = json.loads(row["counters_unavailable"] or "{}")
+    try:
+        counts, first = cachegrind.count(src, built.so_path, list(tensors), exp.cache_dir)
+    except cachegrind.CachegrindError as exc:
+        unavailable["cachegrind"] = str(exc)
+        row["counters_unavailable"] = json.dumps(unavailable)
+        return
+    if not check_output(exp.workload, list(tensors), first, exp.check, exp.seed).passed:
+        unavailable["cachegrind"] = "the kernel's output under valgrind differs from the reference"
+        row["counters_unavailable"] = json.dumps(unavailable)
+        return
+    row["counters"] = json.dumps({event: [n] for event, n in counts.items()})  # one hot call
+    row["counter_backend"] = cachegrind.BACKEND
 
 
 def _run_checked(
@@ -589,6 +633,7 @@ def _interleaved_rounds(
     fresh: list[dict[str, Any]],
     cands: Sequence[Candidate],
     beside: Sequence[Candidate] = (),
+    watch: Sentinel | None = None,
 ) -> list[dict[str, Any]]:
     """Rounds 2..``timing.rounds``: every ok candidate of ``cands`` is timed (and checked) once more
     per round, the order rotated from round to round, and its row rewritten with the pooled times. Rows
@@ -635,12 +680,18 @@ def _interleaved_rounds(
         for unit in due[shift:] + due[:shift]:
             cand, row, src, built, _ = unit
             before = dict(row)
+            if watch is not None:
+                watch.tick()
             _one_more_round(exp, src, built, tensors, row)
             ratio, mark = _slowdown(row, before), ""
-            if exp.timing.retime is not None and ratio > exp.timing.retime:
+            drifted = watch is not None and watch.drifted_down() and row["status"] == "ok"
+            if exp.timing.retime is not None and (ratio > exp.timing.retime or drifted):
                 slow.append((unit, before, ratio))
-                mark = f" (x{ratio:.2f} its earlier rounds: timed again at the end of the pass)"
+                why = f"x{ratio:.2f} its earlier rounds" if ratio > exp.timing.retime else "sentinel down"
+                mark = f" ({why}: timed again at the end of the pass)"
             else:
+                if watch is not None:
+                    watch.mark(row)
                 store.write_row(exp.results_dir, row)
             n += 1
             elapsed = time.monotonic() - start
@@ -648,7 +699,7 @@ def _interleaved_rounds(
                 f"[{exp.name}] round {p + 2}/{want} {n}/{total} elapsed {elapsed:.0f}s "
                 f"ETA {elapsed / n * (total - n):.0f}s | {cand.label()}: {row['status']}{mark}"
             )
-        _retime(exp, tensors, say, p + 2, slow)
+        _retime(exp, tensors, say, p + 2, slow, watch)
     rewritten = {r["candidate_key"]: r for _, r, *_ in work}
     return [rewritten.pop(r["candidate_key"], r) for r in fresh] + list(rewritten.values())
 
@@ -672,6 +723,7 @@ def _retime(
     say: Callable[[str], None],
     k: int,
     slow: list[tuple[tuple[Any, ...], dict[str, Any], float]],
+    watch: Sentinel | None = None,
 ) -> None:
     """Time round ``k`` of the ``slow`` units again, after a pause, up to :data:`RETIME_TRIES` times; the last
     try is kept whatever it gives (keeping the fastest of several would bias the row fast), and the row's
@@ -690,9 +742,13 @@ def _retime(
             cand, row, src, built, _ = unit
             row.clear()
             row.update(before)
+            if watch is not None:
+                watch.tick()
             _one_more_round(exp, src, built, tensors, row)
             ratio = _slowdown(row, before)
             assert exp.timing.retime is not None
+            if watch is not None:
+                watch.mark(row)
             if ratio > exp.timing.retime and attempt < RETIME_TRIES:
                 still.append((unit, before, first))
                 continue
@@ -725,7 +781,8 @@ def _one_more_round(
     row["round_times"] = [*when, _now()] if when is not None else None
     if res.contention != "none":  # the weakest push of the rounds: the neighbour pushed at least this hard
         row["contention_gbps"] = min(res.contention_gbps, row.get("contention_gbps") or math.inf)
-    old = json.loads(row["counters"] or "{}")
-    row["counters"] = json.dumps({e: [*old.get(e, []), *v] for e, v in res.counters.items()})
+    if res.counters:  # (simulated counts, one per call, are the kernel's whatever the round)
+        old = json.loads(row["counters"] or "{}")
+        row["counters"] = json.dumps({e: [*old.get(e, []), *v] for e, v in res.counters.items()})
     kept = [f for f in json.loads(row["flags"]) if not f.startswith("noisy:")]  # the CoV is recomputed
     row["flags"] = json.dumps(list(dict.fromkeys(kept + row_flags(exp.sanity, row["cov"], other_pct))))

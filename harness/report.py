@@ -19,6 +19,8 @@ from typing import Any
 
 import pandas as pd
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
 
 from harness import analysis, experiment_figure, provenance, store, verdict_matrix
 from harness.machine import microarchitecture
@@ -107,6 +109,7 @@ def render_report(
                 "n_failed": len(failed),
                 "failed_csv": _table_csv(failed, fig_dir, exp, "failed"),
                 "provenance": _provenance(exp_rows),
+                "sentinel": _sentinel(exp_rows, fig_dir, exp),
                 "sources": _records(sources.head(LISTED)),
                 "n_sources": len(sources),
                 "sources_csv": _table_csv(sources, fig_dir, exp, "sources"),
@@ -293,6 +296,34 @@ def _summary_by_machine(summary: pd.DataFrame, marked: pd.DataFrame, fig_dir: Pa
                 "csv": _table_csv(part, fig_dir, part["experiment"].iloc[0], fp, "summary"),
             }
         )
+    return out
+
+
+#: the drift sentinel's ratio beyond which an experiment is flagged (sanity.max_peak_drift's default)
+SENTINEL_DRIFT = 0.10
+
+
+def _sentinel(rows: pd.DataFrame, fig_dir: Path, experiment: str) -> list[dict[str, Any]]:
+    """Per machine, the drift sentinel over the run (harness/sentinel.py): its range over the rows, whether
+    it moved beyond :data:`SENTINEL_DRIFT`, and a plot of it against the time each row was written."""
+    if "sentinel_ratio" not in rows:
+        return []
+    out = []
+    for fp, part in rows.dropna(subset=["sentinel_ratio"]).groupby("machine_fingerprint"):
+        ratio = part["sentinel_ratio"].astype(float)
+        lo, hi = float(ratio.min()), float(ratio.max())
+        when = pd.to_datetime(part["timestamp"], utc=True, errors="coerce")
+        fig = Figure(figsize=(6, 2.2), layout="constrained")
+        FigureCanvasAgg(fig)
+        ax = fig.add_subplot()
+        ax.plot(when, ratio, ".", ms=3)
+        ax.axhspan(1 - SENTINEL_DRIFT, 1 + SENTINEL_DRIFT, color="0.9", zorder=0)
+        ax.set(ylabel="sentinel / its first", xlabel="row written (UTC)")
+        stem = _stem(experiment, str(fp), "sentinel")
+        fig.savefig(fig_dir / f"{stem}.png", dpi=100)
+        moved = max(abs(lo - 1), abs(hi - 1)) > SENTINEL_DRIFT
+        out.append({"fingerprint": fp, "n": len(part), "lo": lo, "hi": hi, "moved": moved,
+                    "png": f"figures/{stem}.png"})  # fmt: skip
     return out
 
 

@@ -96,6 +96,10 @@ class TimingConfig:
     align: int = ALIGN  # bytes of alignment of every tensor and the workspace
 
 
+#: the counter backends the driver reads itself (harness/cachegrind.py simulates one after the run)
+DRIVER_COUNTERS = ("papi", "perf_event")
+
+
 @dataclass(frozen=True)
 class RunLimits:
     timeout_s: float = 60.0
@@ -230,6 +234,7 @@ def run_kernel(
     tmp_parent = TMP_ROOT if TMP_ROOT.is_dir() and os.access(TMP_ROOT, os.W_OK) else workdir
     tmp_parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="harness-run-", dir=tmp_parent) as tmp:
+        driver_counters = ",".join(c for c in counters if c in DRIVER_COUNTERS)
         cmd = [str(driver), "--lib", str(Path(so_path).resolve())]
         for i, a in enumerate(arrays):
             path = Path(tmp) / f"t{i}.bin"
@@ -242,7 +247,7 @@ def run_kernel(
             "--warmup", str(timing.warmup), "--warmup-seconds", repr(timing.warmup_seconds),
             "--min-reps", str(timing.min_reps),
             "--max-reps", str(timing.max_reps), "--rel-ci", repr(timing.rel_ci),
-            "--max-seconds", repr(timing.max_seconds), "--counters", ",".join(counters),
+            "--max-seconds", repr(timing.max_seconds), "--counters", driver_counters,
             "--cpus", ",".join(map(str, cpus)), "--threads", str(timing.threads),
             "--batch", str(timing.batch), "--give-up-ns", repr(float(give_up_ns or 0.0)), *corun,
         ]  # fmt: skip

@@ -22,6 +22,7 @@ class SanityConfig:
     max_core_busy: float = 20.0  # % of the pinned core used by other processes while the kernel ran
     max_peak_drift: float = 0.10  # relative change of the probed peak against the calibrated one
     probe: bool = True  # run the peak probe (about 0.1 s per experiment)
+    sentinel_s: float | None = 120.0  # the probe again every this many seconds of a run (harness/sentinel.py)
 
 
 def _busy_seconds(cpu: int) -> float:

@@ -22,6 +22,7 @@ import math
 import os
 import re
 import tempfile
+import warnings
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
@@ -118,6 +119,14 @@ COLUMNS: OrderedDict[str, tuple[pa.DataType, str]] = OrderedDict(
         ("contention", (STR, "the co-runner the timing met (timing.contention): stream; null: none")),
         ("contention_bytes", (I64, "the co-runner's footprint, bytes (null: none)")),
         ("contention_gbps", (F64, "what the co-runner streamed, GB/s, the lowest of the row's rounds")),
+        (
+            "sentinel_ratio",
+            (
+                F64,
+                "the peak probe (drift sentinel) when the row was timed over its first reading in the run; "
+                "the farthest from 1 of the row's rounds (null: no probe)",
+            ),
+        ),
     ]
 )
 
@@ -142,6 +151,7 @@ OPTIONAL_COLUMNS: dict[str, Any] = {
     "contention": None,
     "contention_bytes": None,
     "contention_gbps": None,
+    "sentinel_ratio": None,
 }
 
 #: Arrow schema of a row file; field metadata carries the descriptions.
@@ -495,9 +505,36 @@ def _experiment_table(directory: Path) -> pa.Table | None:
         return _read_experiment(directory)
 
 
+def set_aside_unreadable(results_dir: Path, experiment: str) -> list[Path]:
+    """Row files whose parquet footer cannot be read (truncated or overwritten outside the harness: a row
+    written here is whole or absent) renamed to ``.<name>.corrupt``, out of every listing, so their
+    candidates count as not measured; returns the new paths."""
+    return _set_aside(_rows_dir(results_dir, experiment))
+
+
+def _set_aside(directory: Path) -> list[Path]:
+    moved = []
+    for f in _row_files_in(directory):
+        try:
+            pq.read_metadata(f)
+        except FileNotFoundError:
+            continue
+        except (OSError, pa.ArrowException):
+            aside = f.with_name(f".{f.name}.corrupt")
+            os.replace(f, aside)
+            moved.append(aside)
+    return moved
+
+
 def _read_experiment(directory: Path) -> pa.Table | None:
     files = _row_files_in(directory)
-    parts = [_read(files)] if files else []
+    try:
+        parts = [_read(files)] if files else []
+    except (OSError, pa.ArrowException):  # an unreadable row file: set it aside, read the others
+        for aside in _set_aside(directory):
+            warnings.warn(f"set aside an unreadable row file (truncated?): {aside}", stacklevel=2)
+        files = _row_files_in(directory)
+        parts = [_read(files)] if files else []
     compacted = directory / COMPACTED
     if compacted.is_file():
         parts.insert(0, _read([compacted]))

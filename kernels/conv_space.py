@@ -376,7 +376,7 @@ def _assemble(
     """Outer atoms (dimension, atom text), outermost first, + packing + the microkernel suffix; a
     parallel loop ``par`` goes outermost (§6.2.1)."""
     if ctx.space.permutation == "fixed":
-        outer = _fixed_order(outer, ctx.space.fixed_order)
+        outer = level_order(outer, ctx.space.fixed_order)
     elif ctx.space.reduction_inner and rng.random() < ctx.space.reduction_inner:
         outer = _reductions_inner(outer, rng)
     head = [par] if par else []
@@ -426,7 +426,7 @@ def _reductions_inner(outer: list[tuple[str, str]], rng: random.Random) -> list[
     return rest + inner
 
 
-def _fixed_order(outer: list[tuple[str, str]], order: Sequence[str]) -> list[tuple[str, str]]:
+def level_order(outer: list[tuple[str, str]], order: Sequence[str]) -> list[tuple[str, str]]:
     """Level by level (the n-th atom of each dimension from the inside), each level in ``order``."""
     levels: dict[str, list[str]] = {}
     for d, a in reversed(outer):
@@ -639,7 +639,7 @@ def exhaustive_tilings(ctx: Context, limit: int) -> list[str]:
                     opts += [[(d, f"T_{{{q},{d}}}") for q in reversed(f)] for f in factorizations(rem[d], lv)]
             per_dim.append(opts)
         for combo in itertools.product(*per_dim):
-            outer = _fixed_order([a for part in combo for a in part], ctx.space.fixed_order)
+            outer = level_order([a for part in combo for a in part], ctx.space.fixed_order)
             out.append("[" + ", ".join(par + [a for _, a in outer] + plan.suffix()) + "]")
             if len(out) >= limit:
                 return out

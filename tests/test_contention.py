@@ -180,6 +180,8 @@ def test_versus_pairs_the_best_candidate_with_the_fastest_baseline_round_by_roun
     nets = vs.networks(table).set_index(["condition", "network"])
     assert nets.loc[("hot cache", "yolo9000"), "ahead_median"] == 1
     assert nets.loc[("hot cache", "resnet18"), "ahead_every_round"] == 0
+    lib = nets.loc[("hot cache", "yolo9000"), "baseline_weighted_pct"]
+    assert nets.loc[("hot cache", "yolo9000"), "ceiling_ratio"] == pytest.approx(100 / lib)
 
 
 def test_versus_says_when_there_is_nothing_to_compare(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
@@ -188,3 +190,23 @@ def test_versus_says_when_there_is_nothing_to_compare(tmp_path: Path, capsys: py
     with pytest.raises(SystemExit) as exc:
         vs.main(["--results", str(tmp_path), "--experiment", "nothing"])
     assert exc.value.code == 2 and "no rows of experiment nothing" in capsys.readouterr().err
+
+
+SEARCHED = {"search_strategy": "random", "search_seed": 0}
+
+
+def test_versus_within_n_keeps_the_first_proposals_of_a_search(tmp_path: Path) -> None:
+    """--within 100: the best of a 1000-draw run's first 100 proposals (confirmed by confirm_within)."""
+    from harness.commands import versus as vs
+
+    rows = [
+        _unit("early", "scheme", "[E]", "yolo9000_12", [1100.0] * 3, **SEARCHED, search_index=7),
+        _unit("late", "scheme", "[L]", "yolo9000_12", [900.0] * 3, **SEARCHED, search_index=400),
+        _unit("o1", "baseline", "onednn", "yolo9000_12", [1000.0] * 3),
+    ]
+    for r in rows:
+        store.write_row(tmp_path, r)
+    summary = analysis.summarize(store.load(tmp_path, "exp1"))
+    assert vs.versus(summary, vs.DEFAULT_BASELINES)["best"].tolist() == ["[L]"]
+    (line,) = vs.versus(summary, vs.DEFAULT_BASELINES, within=100).itertuples()
+    assert line.best == "[E]" and line.round_ratio == pytest.approx(1000 / 1100)

@@ -427,3 +427,46 @@ def test_fig6_15_18_compares_the_best_of_as_many_draws(tmp_path) -> None:  # noq
     assert row["max searched"] == 95.0 and row["max searched, first n fixed"] == 70.0
     assert row["n fixed"] == 3 and row["n searched"] == 4
     assert "higher on 0/1 layers" in f.measured and f.verdict == "partial"
+
+
+def test_refine_figure_compares_what_each_run_gained_after_the_shared_draws(tmp_path) -> None:  # noqa: ANN001
+    """Both runs share their first 50 draws; the refined one finds 90 at its 80th proposal where random's
+    best after them is 70. Each run is measured against its own best of the shared draws, so a refined run
+    on a host twice as slow that day still shows its gain."""
+    import pandas as pd
+
+    from reports import fig_conv_dse as fig
+
+    def figure(late: float, slow: float = 1.0):  # noqa: ANN202
+        parts = []
+        for layer in ("yolo9000_12", "resnet18_02"):
+            rnd = [60.0] * 50 + [70.0] + [65.0] * 149
+            ref = [(v * slow) for v in [60.0] * 50 + [65.0] * 29 + [late] + [65.0] * 120]
+            shared = [f"[T_{{{i},c}}]" for i in range(50)]
+            parts.append(
+                _summary(
+                    fig.REFINE["random"], layer, rnd, texts=shared + [f"[T_{{{i},h}}]" for i in range(150)]
+                )
+            )
+            parts.append(
+                _summary(
+                    fig.REFINE["refined"], layer, ref, texts=shared + [f"[T_{{{i},w}}]" for i in range(150)]
+                )
+            )
+            for exp in fig.REFINE.values():
+                parts.append(_summary(exp, layer, [100.0 * (slow if exp == fig.REFINE["refined"] else 1)],
+                                      kind="baseline", texts=["onednn"]))  # fmt: skip
+        (f,) = fig.refine(pd.concat(parts, ignore_index=True), tmp_path)
+        return f
+
+    f = figure(90.0)
+    assert f.verdict == "reproduced" and "within 1% of random or ahead on 2/2" in f.measured
+    row = next(r for r in f.table if r["workload"] == "resnet18_02" and r["proposals"] == 100)
+    assert row["shared draws"] == 50
+    assert row["random gain"] == pytest.approx(70 / 60, abs=1e-3) and row["refined gain"] == pytest.approx(
+        1.5
+    )
+    assert row["refined / its oneDNN"] == pytest.approx(0.9)
+    assert "(best of 200 on 2 layers:" in f.measured
+    assert figure(90.0, slow=0.5).verdict == "reproduced"  # the gain, not the day's speed
+    assert figure(66.0).verdict == "differs"  # no better than the random draws after the shared ones

@@ -377,3 +377,145 @@ def test_a_conv_search_without_this_machines_selection_says_it_uses_the_fallback
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps({"selected": [make_conv(TARGET, w=3, k=4).to_dict()]}))
     assert not _falls_back(exp, m)
+
+
+# -- refine: random draws, then mutations of the best -------------------------------------------------------
+PRIORS = {"combination": "both", "reduction_inner": 0.5, "pack_weights": 0.5}
+TWO_PLANS = Workload.make("tiny12", "conv2d", {"h": 4, "w": 12, "k": 16, "c": 8, "r": 3, "s": 3})
+
+
+def test_refine_params_are_validated() -> None:
+    bads = [({"bogus": 1}, "unknown"), ({"sampler": "tree"}, "sampler"), ({"explore": -1}, "explore"),
+            ({"top": 0}, "top"), ({"restart": 2}, "restart")]  # fmt: skip
+    for params, match in bads:
+        with pytest.raises(SearchError, match=match):
+            make_strategy(problem(), SearchConfig("refine", 5, 0, params=params))
+
+
+@pytest.mark.parametrize("conv", [PRIORS, *SPACE_VARIANTS.values()], ids=["priors", *SPACE_VARIANTS])
+def test_every_mutation_keeps_the_scheme_legal_and_in_its_space(conv: dict) -> None:
+    """Each mutation of many draws: legal when it applies (the strategy also checks; here the operators
+    themselves are held to it), reordering only where the space searches permutations, packing only where
+    it packs; and over the draws each mutation the space allows applies at least once."""
+    import random
+
+    from harness.search import refine
+    from harness.search._conv import conv_context
+    from kernels.conv_space import draw
+
+    ctx = conv_context(problem({**SPACE, "conv": conv}, workload=TWO_PLANS))
+    rng = random.Random(0)
+    applied: set[str] = set()
+    for _ in range(30):
+        text, plan = draw(ctx, "random", rng)
+        nest = refine.Nest.of(text, plan)
+        assert nest.text() == text  # the cut loses nothing
+        for name, op in refine.mutations(ctx).items():
+            child = op(ctx, nest, rng)
+            if child is None or (child := refine.refixed(ctx, child)) is None:
+                continue
+            applied.add(name)
+            assert ctx.legal(child.text()), (name, text, child.text())
+            if ctx.space.permutation == "fixed":  # a fixed order stays the fixed order
+                assert refine.refixed(ctx, child) == child
+    allowed = set(refine.mutations(ctx))
+    assert ("pack" in allowed) == bool(conv.get("pack_weights"))
+    if conv.get("permutation") == "fixed":
+        assert not {"swap", "move", "split"} & allowed
+    kept = {"plan"} if conv.get("parallel") or conv.get("divisibility") else set()  # drawn plans kept there
+    never = allowed - applied - kept
+    assert not never, never
+
+
+def test_refine_shares_the_random_draws_then_mutates_only_the_best(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first ``explore`` proposals are search=random's with the same seed; after them every proposal
+    (restart=0, top=1) is a legal, new mutation of the best measured so far, which moves when a child wins."""
+    from harness.search import refine
+    from harness.search._conv import conv_context
+
+    prob = problem({**SPACE, "conv": PRIORS}, workload=TWO_PLANS)
+    rnd = [c.text for c in make_strategy(prob, SearchConfig("random", 6, 3)).ask(6)]
+    strat = make_strategy(prob, SearchConfig("refine", 20, 3, params={"explore": 6, "top": 1, "restart": 0}))
+    first = strat.ask(6)
+    assert [c.text for c in first] == rnd
+    best = first[2]
+    for c in first:
+        strat.tell(c, 90.0 if c is best else 10.0)
+    parents: list[str] = []
+    real = refine.mutate
+    monkeypatch.setattr(refine, "mutate", lambda ctx, text, *a: parents.append(text) or real(ctx, text, *a))
+    ctx = conv_context(prob)
+    seen = {c.key for c in first}
+    for _ in range(3):
+        kids = strat.ask(2)
+        assert len(kids) == 2 and all(ctx.legal(k.text) and k.key not in seen for k in kids)
+        seen |= {k.key for k in kids}
+        for k in kids:
+            strat.tell(k, 5.0)
+    assert set(parents) == {best.text}
+    winner = strat.ask(1)[0]
+    strat.tell(winner, 95.0)  # a child better than its parent is the next parent
+    strat.ask(1)
+    assert parents[-1] == winner.text
+
+
+def test_refine_end_to_end_checked_and_resumed(tmp_path: Path, shared_cache: Path) -> None:
+    exp = _experiment(tmp_path, shared_cache, "refine", 4)
+    exp = dataclasses.replace(exp, search=dataclasses.replace(exp.search, params={"explore": 2}))
+    rows = run_experiment(exp, progress=lambda _m: None)
+    assert len(rows) == 4 and all(r["status"] == "ok" and r["check_passed"] for r in rows), rows
+    assert {r["search_strategy"] for r in rows} == {"refine"}
+    more = run_experiment(dataclasses.replace(exp, search=dataclasses.replace(exp.search, budget=5)),
+                          progress=lambda _m: None)  # fmt: skip
+    assert len(more) == 1 and more[0]["search_index"] == 4  # the same four again from the store, one new
+
+
+def test_a_new_plan_repanels_the_packed_weights() -> None:
+    """The weights' panels are the microkernel's k: a plan mutation under PackT_K changes them with it (the
+    panel rule is checked only when the code is generated, so the mutation itself must keep it)."""
+    from harness.search import refine
+    from harness.search._conv import conv_context
+    from kernels.codegen import analyze_for, generate
+    from kernels.targets import get_target
+
+    wl = Workload.make("tiny6", "conv2d", {"h": 4, "w": 6, "k": 32, "c": 8, "r": 3, "s": 3})
+    ctx = conv_context(problem({**SPACE, "conv": PRIORS}, workload=wl))
+    a, b = ctx.plans
+    assert a.footprint("k", ctx.lanes) != b.footprint("k", ctx.lanes)
+    text = (
+        f"[T_{{4,h}}, PackT_K[k/{a.footprint('k', ctx.lanes)},r,s,c,k], "
+        + ", ".join(
+            [f"T_{{{n},{d}}}" for d, n in ctx.remaining(a).items() if n > 1 and d != "h"] + a.suffix()
+        )
+        + "]"
+    )
+    assert ctx.legal(text)
+    import random
+
+    rng = random.Random(0)
+    kids = {refine._plan(ctx, refine.Nest.of(text, a), rng).text() for _ in range(5)}
+    for kid in kids:
+        assert f"k/{b.footprint('k', ctx.lanes)}," in kid
+        generate(analyze_for(kid, wl, get_target(TARGET)), wl, get_target(TARGET))
+
+
+def test_a_resumed_refine_proposes_what_it_proposed_though_rounds_changed_the_ranking(
+    tmp_path: Path, shared_cache: Path
+) -> None:
+    """Confirmation rounds pool later rounds into a row's median; a resumed adaptive search is told the
+    first round, as when it proposed, so it proposes the same candidates again and measures nothing."""
+    exp = _experiment(tmp_path, shared_cache, "refine", 6)
+    exp = dataclasses.replace(exp, search=dataclasses.replace(exp.search, params={"explore": 3, "top": 1,
+                                                                                 "restart": 0}))  # fmt: skip
+    rows = run_experiment(exp, progress=lambda _m: None)
+    assert len(rows) == 6
+    first = [r for r in rows if r["search_index"] < 3]
+    best = max(first, key=lambda r: r["pct_peak_median"])
+    for r in first:  # a second round 10x slower for the best of the draws: its pooled median falls last
+        medians = [r["round_medians_ns"][0], r["round_medians_ns"][0] * (10 if r is best else 1)]
+        r.update(store.perf_fields(r["times_ns"], r["flops"], r["peak_gflops"], None, medians))
+        store.write_row(tmp_path, r)
+    assert min(first, key=lambda r: r["pct_peak_median"]) is best
+    msgs: list[str] = []
+    again = run_experiment(exp, progress=msgs.append)
+    assert again == [] and any("6 candidate(s) of the refine search already measured" in m for m in msgs)

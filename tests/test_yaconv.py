@@ -242,7 +242,7 @@ def test_layer_sets_follow_the_thesis() -> None:
 
 
 def test_cachegrind_summary_is_parsed(tmp_path: Path) -> None:
-    from studies.yaconv.commands.yaconv_counters import _summary
+    from harness.cachegrind import _summary
 
     f = tmp_path / "cg.out"
     f.write_text("desc: x\ncmd: y\nevents: Ir Dr Dw Bc\nfl=???\nfn=k\n0 1 2 3 4\nsummary: 10 20 30 40\n")

@@ -1,7 +1,7 @@
 """each workload's best candidate against the best of its baselines, as ratios paired by timing round
 
     harness versus --results DIR --experiment ttile_conv_prior [--baselines onednn,onednn-blocked]
-                   [--csv OUT.csv]
+                   [--within N] [--csv OUT.csv]
 
 Per machine, workload and timing condition (the mode, and the co-runner if there was one): the fastest
 candidate that was timed in the interleaved rounds (a search's confirmed ones; the fastest of all when
@@ -9,13 +9,16 @@ none was), the fastest of the named baselines, their % of peak (median), and the
 the baseline's round by round (harness.analysis.round_ratio: median, lowest, highest of the rounds). On a
 shared host a single run's verdict is weak: the range says how much the rounds agreed. Then, per group of
 workloads (a network of the convolution layers), the flop-weighted average % of peak of each side and
-the candidates ahead in every round / in their median.
+the candidates ahead in every round / in their median. ``--within N`` keeps the candidates a search
+proposed among its first N (a best of 100 from a 1000-draw run, which ``search.confirm_within`` confirms).
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import json
+import math
 import sys
 from pathlib import Path
 
@@ -23,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from harness import analysis, store
+from harness.commands import positive_int
 
 DEFAULT_BASELINES = ("onednn", "onednn-blocked")
 
@@ -36,6 +40,8 @@ def _parser() -> argparse.ArgumentParser:
         default=",".join(DEFAULT_BASELINES),
         help="baselines (candidate texts), comma separated; the fastest of them counts",
     )
+    p.add_argument("--within", type=positive_int, default=None,
+                   help="only the candidates a search proposed among its first N")  # fmt: skip
     p.add_argument("--csv", type=Path, help="write the table here too")
     return p
 
@@ -58,10 +64,19 @@ def _network(workload: str) -> str:
     return _conv_networks().get(workload, workload.rsplit("_", 1)[0])
 
 
-def versus(summary: pd.DataFrame, baselines: tuple[str, ...]) -> pd.DataFrame:
+def _first_index(search_runs: object) -> float:
+    """The earliest proposal index of a candidate over its search runs (inf: not a search's)."""
+    runs = json.loads(search_runs) if isinstance(search_runs, str) and search_runs else []
+    return float(min((i for _, i in runs), default=math.inf))
+
+
+def versus(summary: pd.DataFrame, baselines: tuple[str, ...], within: int | None = None) -> pd.DataFrame:
     """One line per (machine, workload, condition) that has both sides ok (see the module's doc)."""
     ok = summary[summary["status"] == "ok"]
     ok = ok.assign(condition=analysis.condition(ok))
+    if within is not None:
+        first = ok["search_runs"].map(_first_index) if "search_runs" in ok else pd.Series(math.inf, ok.index)
+        ok = ok[(ok["candidate_kind"] == "baseline") | (first < within)]
     lines = []
     for (fp, workload, cond), part in ok.groupby(["machine_fingerprint", "workload", "condition"], sort=True):
         libs = part[part["candidate_text"].isin(baselines) & (part["candidate_kind"] == "baseline")]
@@ -87,7 +102,8 @@ def versus(summary: pd.DataFrame, baselines: tuple[str, ...]) -> pd.DataFrame:
 
 
 def networks(table: pd.DataFrame) -> pd.DataFrame:
-    """Per machine, condition and network: flop-weighted average % of peak of each side, and the lines won."""
+    """Per machine, condition and network: flop-weighted average % of peak of each side, the lines won, and
+    the ceiling of the ratio (ours at 100% of peak everywhere)."""
     out = []
     for (fp, cond, net), t in table.groupby(["machine_fingerprint", "condition", "network"], sort=True):
         w = t["flops"].to_numpy(float)
@@ -95,6 +111,8 @@ def networks(table: pd.DataFrame) -> pd.DataFrame:
         out.append({
             "machine_fingerprint": fp, "condition": cond, "network": net, "workloads": len(t),
             "best_weighted_pct": best, "baseline_weighted_pct": lib, "weighted_ratio": best / lib,
+            # what the ratio would be at 100% of peak on every layer: a library near peak caps it
+            "ceiling_ratio": 100.0 / lib,
             "ahead_median": int((t["ratio_median"] > 1).sum()),
             "ahead_every_round": int((t["round_ratio_low"] > 1).sum()),
         })  # fmt: skip
@@ -108,7 +126,7 @@ def main(argv: list[str]) -> None:
     if rows.empty:
         print(f"harness versus: no rows of experiment {args.experiment} in {args.results}", file=sys.stderr)
         raise SystemExit(2)
-    table = versus(analysis.summarize(rows), baselines)
+    table = versus(analysis.summarize(rows), baselines, args.within)
     if table.empty:
         print(f"harness versus: no workload of {args.experiment} has both a candidate and one of "
               f"{', '.join(baselines)} ok", file=sys.stderr)  # fmt: skip

@@ -14,7 +14,8 @@ Strategies (``search=<name>``, ``conf/search/*.yaml``), one module each:
 - ``model``: model-based filtering of §5.4.3 (a pool of samples sorted by the footprint/movement metric,
   the top ``budget`` run);
 - ``tree``: the tree search of §5.4.4 (grow/reuse per cache level, threshold = cache / 2);
-- ``optuna``: a black-box auto-tuner (Optuna's TPE sampler), the role Ansor plays in the thesis.
+- ``optuna``: a black-box auto-tuner (Optuna's TPE sampler), the role Ansor plays in the thesis;
+- ``refine``: random draws, then mutations of the best measured so far (local search; issue 32).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ STRATEGIES: dict[str, str] = {
     "model": "harness.search.model:ModelFilter",
     "tree": "harness.search.tree:TreeSearch",
     "optuna": "harness.search.optuna_search:OptunaSearch",
+    "refine": "harness.search.refine:Refine",
 }
 
 

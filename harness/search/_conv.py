@@ -6,7 +6,7 @@ import random
 
 from harness.search import Problem, SearchConfig, SearchError
 from kernels.candidate import Candidate
-from kernels.conv_space import Context, ConvSpace, context, draw
+from kernels.conv_space import Context, ConvSpace, Plan, context, draw
 from kernels.scheme import format_scheme, parse_scheme
 
 
@@ -37,14 +37,16 @@ class Sampled:
         self.rng = random.Random(cfg.seed)
         self.seen: set[str] = set()
         self.misses = 0  # consecutive duplicate draws: a small space is exhausted after many
+        self.last_plan: Plan | None = None  # the plan of the last draw returned
 
     def next(self) -> Candidate | None:
         while self.misses < 200:
-            text, _plan = draw(self.ctx, self.sampler, self.rng)
+            text, plan = draw(self.ctx, self.sampler, self.rng)
             cand = candidate(self.problem, self.ctx, text)
             if cand.key not in self.seen:
                 self.seen.add(cand.key)
                 self.misses = 0
+                self.last_plan = plan
                 return cand
             self.misses += 1
         return None

@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
+from harness.cachegrind import SOURCE
 from reports.figures import CLAIMS, PaperFigure, mean_ci, ok_rows, paper_figure, results_dir_of, save_figure
 
 YACONV, OURS, IM2COL = "yaconv (ukr=blis)", "yaconv (ukr=ours)", "im2col (gemm=blis)"
@@ -28,7 +29,6 @@ AUTO = "yaconv (shape=auto,ukr=ours)"  # our microkernel in the shape chosen per
 # hot (the harness default), then the thesis's protocol (fresh: cold caches, buffers mapped per call)
 LAYER_EXPERIMENTS = ("yaconv_layers", "yaconv_layers_fresh", "yaconv_layers_cold", "yaconv_seed000")
 NAME = re.compile(r"^yc_h(\d+)_w(\d+)_c(\d+)_m(\d+)_f(\d+)_p(\d+)(?:_s(\d+))?$")
-SOURCE = "cachegrind simulation (L1d 32K/8-way, LL 32M/16-way)"
 
 
 def geometry(workload: str) -> dict[str, int] | None:

@@ -22,88 +22,21 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import shutil
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from harness import machine as machine_mod
 from harness import store
 from harness.build import CompilerConfig, build
+from harness.cachegrind import CachegrindError, count, valgrind
 from harness.check import CheckConfig, check_output, make_tensors
 from harness.commands import positive_int
 from harness.experiment import Experiment, base_row, render_or_failure
-from harness.run import build_driver
-from kernels.candidate import Candidate, KernelSource, Workload
+from kernels.candidate import Candidate, Workload
 from studies.yaconv.commands.yaconv import SETS, candidates, layer_set
 
 EXPERIMENT = "yaconv_cachegrind"
-EXTRA = 1  # hot calls measured (the difference of two runs); valgrind emulates FMA at ~10 s per 200 MFLOP
-CACHES = ("--I1=32768,8,64", "--D1=32768,8,64", "--LL=33554432,16,64")
-SOURCE = "cachegrind simulation (L1d 32K/8-way, LL 32M/16-way)"
-
-
-def valgrind() -> str | None:
-    return shutil.which("valgrind")
-
-
-def _summary(path: Path) -> dict[str, int]:
-    events: list[str] = []
-    values: list[int] = []
-    for line in path.read_text().splitlines():
-        if line.startswith("events:"):
-            events = line.split()[1:]
-        elif line.startswith("summary:"):
-            values = [int(v) for v in line.split()[1:]]
-    if not events or len(events) != len(values):
-        raise RuntimeError(f"no summary line in {path}")
-    return dict(zip(events, values, strict=True))
-
-
-def _run(
-    driver: Path, so: Path, files: list[tuple[Path, int]], out: Path, ws: int, reps: int, cg: Path
-) -> str:
-    cmd = [
-        "valgrind", "--tool=cachegrind", "--cache-sim=yes", "--branch-sim=yes", *CACHES,
-        f"--cachegrind-out-file={cg}", str(driver), "--lib", str(so),
-    ]  # fmt: skip
-    for path, n in files:
-        cmd += ["--tensor", f"{path}:{n}"]
-    cmd += [
-        "--out", str(out), "--ws", str(ws), "--align", "1024", "--mode", "hot", "--warmup", "0",
-        "--warmup-seconds", "0", "--min-reps", str(reps), "--max-reps", str(reps), "--rel-ci", "-1",
-        "--max-seconds", "1e9", "--counters", "none",
-    ]  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=3600)
-    if proc.returncode != 0:
-        raise RuntimeError(f"valgrind exit {proc.returncode}: {proc.stderr.strip()[-400:]}")
-    return proc.stdout
-
-
-def count(
-    src: KernelSource, so: Path, tensors: list[np.ndarray], cache_dir: Path
-) -> tuple[dict[str, int], np.ndarray]:
-    """Per-call cachegrind counts of a built kernel, and the output of its first call."""
-    driver = build_driver(cache_dir)
-    with tempfile.TemporaryDirectory(prefix="yaconv-cg-") as tmp:
-        files = []
-        for i, t in enumerate(tensors):
-            path = Path(tmp) / f"t{i}.bin"
-            np.ascontiguousarray(t, dtype=np.float32).tofile(path)
-            files.append((path, t.size))
-        out = Path(tmp) / "out.bin"
-        totals = []
-        for reps in (1, 1 + EXTRA):
-            cg = Path(tmp) / f"cg{reps}.out"
-            _run(driver, so, files, out, src.workspace_bytes, reps, cg)
-            totals.append(_summary(cg))
-        first = np.fromfile(out, dtype=np.float32).reshape(tensors[0].shape)
-    per_call = {k: (totals[1][k] - totals[0][k]) // EXTRA for k in totals[0]}
-    return per_call, first
 
 
 def measure(
@@ -128,7 +61,7 @@ def measure(
     tensors = make_tensors(w, exp.seed, exp.check)
     try:
         counts, first = count(src, built.so_path, tensors, cache_dir)
-    except (RuntimeError, subprocess.TimeoutExpired) as exc:
+    except CachegrindError as exc:
         row["status"], row["reason"] = "error", str(exc)
         return row
     chk = check_output(w, tensors, first, exp.check, exp.seed)

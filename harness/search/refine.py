@@ -1,0 +1,301 @@
+"""Refinement after random sampling (issue 32): the thesis's random draws first, then local search around
+the best schemes found (mutate one of the top ``top`` measured so far), as Ansor refines its samples.
+
+The first ``explore`` proposals are the draws of ``params.sampler`` with this seed, so they are the very
+draws ``search=random`` (or ``levels``) makes with the same seed and space: a refined run and a random run
+of the same budget share their first ``explore`` candidates, and differ only in what follows. After that,
+each proposal is a mutation of a parent drawn uniformly among the best ``top`` measured so far (a share
+``restart`` of them are fresh draws instead, so a poor start is not refined forever). A mutation stays in
+the space (legal, same microkernel set, permutations only where the space searches them, packing only
+where it packs), and is one of:
+
+- ``swap``: two neighbouring loops exchanged;
+- ``move``: one loop (or the packing) moved to another place in the nest;
+- ``shift``: a prime factor of a tile size moved to another tile of the same dimension;
+- ``split`` / ``merge``: a tile split in two (the new loop placed anywhere) / two tiles of a dimension merged;
+- ``plan``: another microkernel plan of the space, each dimension's tiles refactored to its new trip count
+  at the same places;
+- ``pack``: the weights' panel packing added or removed (spaces with ``space.conv.pack_weights`` > 0).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from math import prod
+
+from harness.search import Problem, SearchConfig, SearchError, Strategy
+from harness.search._conv import Sampled, candidate
+from kernels.candidate import Candidate
+from kernels.conv_space import SAMPLERS, Context, Plan, divisors, factorizations, level_order
+from kernels.scheme import Atom, parse_scheme
+
+DEFAULTS = {"sampler": "random", "explore": 50, "top": 4, "restart": 0.1}
+LOOPS = ("T", "R", "lambda_seq")  # the loops a plan mutation refactors (and the whole-dimension atoms)
+TILE = "T"  # the only tile kind a mutation resizes (Texct/Tvar chains of free sizes are moved, not resized)
+
+
+@dataclass(frozen=True)
+class Nest:
+    """A scheme cut where mutations act: the parallel head, the outer loops (and packing), the plan."""
+
+    plan: Plan
+    head: tuple[Atom, ...]
+    outer: tuple[Atom, ...]
+
+    def text(self) -> str:
+        atoms = [a.text() for a in (*self.head, *self.outer)] + self.plan.suffix()
+        return "[" + ", ".join(atoms) + "]"
+
+    @classmethod
+    def of(cls, text: str, plan: Plan) -> Nest:
+        atoms = parse_scheme(text)
+        n_suffix = len(plan.suffix())
+        body = atoms[: len(atoms) - n_suffix]
+        head = tuple(a for a in body if a.kind == "Tpar")
+        return cls(plan, head, tuple(a for a in body if a.kind != "Tpar"))
+
+
+def _params(cfg: SearchConfig) -> dict:
+    params = {**DEFAULTS, **cfg.params}
+    if unknown := set(params) - set(DEFAULTS):
+        raise SearchError(f"search.params: unknown key(s) {sorted(unknown)}; known: {sorted(DEFAULTS)}")
+    if params["sampler"] not in SAMPLERS:
+        raise SearchError(f"search.params.sampler={params['sampler']!r}; allowed: {', '.join(SAMPLERS)}")
+    for key, low in (("explore", 0), ("top", 1)):
+        v = params[key]
+        if isinstance(v, bool) or not isinstance(v, int) or v < low:
+            raise SearchError(f"search.params.{key} must be an integer >= {low}, got {v!r}")
+    r = params["restart"]
+    if isinstance(r, bool) or not isinstance(r, int | float) or not 0 <= r <= 1:
+        raise SearchError(f"search.params.restart is a probability in [0, 1], got {r!r}")
+    return params
+
+
+# -- mutations: each returns a new nest or None when it does not apply ------------------------------------
+def _tiles(nest: Nest, d: str | None = None) -> list[int]:
+    return [i for i, a in enumerate(nest.outer) if a.kind == TILE and (d is None or a.dim == d)]
+
+
+def _swap(ctx: Context, nest: Nest, rng: random.Random) -> Nest | None:
+    if len(nest.outer) < 2:
+        return None
+    i = rng.randrange(len(nest.outer) - 1)
+    o = list(nest.outer)
+    o[i], o[i + 1] = o[i + 1], o[i]
+    return replace(nest, outer=tuple(o))
+
+
+def _move(ctx: Context, nest: Nest, rng: random.Random) -> Nest | None:
+    if len(nest.outer) < 2:
+        return None
+    o = list(nest.outer)
+    a = o.pop(rng.randrange(len(o)))
+    o.insert(rng.randrange(len(o) + 1), a)
+    return replace(nest, outer=tuple(o))
+
+
+def _primes(n: int) -> list[int]:
+    return [p for p in divisors(n) if all(p % q for q in range(2, p))]
+
+
+def _shift(ctx: Context, nest: Nest, rng: random.Random) -> Nest | None:
+    dims = [d for d in {nest.outer[i].dim for i in _tiles(nest)} if len(_tiles(nest, d)) >= 2]
+    if not dims:
+        return None
+    src, dst = rng.sample(_tiles(nest, rng.choice(sorted(dims))), 2)
+    o = list(nest.outer)
+    p = rng.choice(_primes(o[src].size))
+    o[dst] = replace(o[dst], size=o[dst].size * p)
+    if o[src].size == p:
+        del o[src]
+    else:
+        o[src] = replace(o[src], size=o[src].size // p)
+    return replace(nest, outer=tuple(o))
+
+
+def _split(ctx: Context, nest: Nest, rng: random.Random) -> Nest | None:
+    big = [i for i in _tiles(nest) if len(divisors(nest.outer[i].size)) > 1]  # not prime
+    if not big:
+        return None
+    i = rng.choice(big)
+    a = nest.outer[i]
+    q = rng.choice(divisors(a.size)[:-1])  # the new loop's trip count, a proper divisor
+    o = list(nest.outer)
+    o[i] = replace(a, size=a.size // q)
+    o.insert(rng.randrange(len(o) + 1), replace(a, size=q))
+    return replace(nest, outer=tuple(o))
+
+
+def _merge(ctx: Context, nest: Nest, rng: random.Random) -> Nest | None:
+    dims = sorted({nest.outer[i].dim for i in _tiles(nest) if len(_tiles(nest, nest.outer[i].dim)) >= 2})
+    if not dims:
+        return None
+    keep, gone = rng.sample(_tiles(nest, rng.choice(dims)), 2)
+    o = list(nest.outer)
+    o[keep] = replace(o[keep], size=o[keep].size * o[gone].size)
+    del o[gone]
+    return replace(nest, outer=tuple(o))
+
+
+def _plan(ctx: Context, nest: Nest, rng: random.Random) -> Nest | None:
+    """Another plan of the space: each dimension's loops keep their places (innermost first), refactored
+    to the new trip count above the microkernel; a whole-dimension atom (λ_seq, R of a partial dimension)
+    takes the place of the dimension's innermost loop, or gives its place to a tile."""
+    others = [p for p in ctx.plans if p != nest.plan]
+    free = any(a.kind in ("Texct", "Texctg", "Tvar") for a in nest.outer)
+    if not others or free or nest.head:  # free sizes and a parallel head are kept as drawn
+        return None
+    new = rng.choice(others)
+    rem, whole = ctx.remaining(new), ctx.whole_atoms(new)
+    kf = f"k/{new.footprint('k', ctx.lanes)}"  # the weights' panels follow the microkernel's k
+    o: list[Atom | None] = [
+        replace(a, dims=tuple(kf if d.startswith("k/") else d for d in a.dims)) if a.kind == "PackT" else a
+        for a in nest.outer
+    ]
+    for d in rem:
+        at = [i for i, a in enumerate(o) if a is not None and a.dim == d and a.kind in LOOPS]
+        if d in whole:  # the whole atom at the innermost loop's place, the others gone
+            atom = parse_scheme(f"[{whole[d]}]")[0]
+            if at:
+                o[at[-1]] = atom
+                for i in at[:-1]:
+                    o[i] = None
+            else:
+                o.insert(rng.randrange(len(o) + 1), atom)
+            continue
+        tiles = [i for i in at if o[i].kind == TILE]
+        for i in at:
+            if i not in tiles:  # a whole atom of the old plan: a tile of the new trip count takes its place
+                o[i] = Atom(TILE, d, rem[d]) if rem[d] > 1 and not tiles else None
+        if rem[d] == 1 or not tiles:
+            for i in tiles:
+                o[i] = None
+            if rem[d] > 1 and not at:
+                o.insert(rng.randrange(len(o) + 1), Atom(TILE, d, rem[d]))
+            continue
+        if rem[d] == prod(o[i].size for i in tiles):
+            continue
+        for levels in range(len(tiles), 0, -1):  # as many levels as before if the new count allows
+            if options := factorizations(rem[d], levels):
+                break
+        factors = rng.choice(options)  # inner first
+        for i, q in zip(reversed(tiles), factors, strict=False):
+            o[i] = replace(o[i], size=q)
+        for i in tiles[: len(tiles) - len(factors)]:
+            o[i] = None
+    return Nest(new, nest.head, tuple(a for a in o if a is not None))
+
+
+def _pack(ctx: Context, nest: Nest, rng: random.Random) -> Nest | None:
+    """Toggle the weights' panel packing above the outermost h or w loop (kernels.conv_space's place)."""
+    packs = [i for i, a in enumerate(nest.outer) if a.kind == "PackT" and a.tensor == "K"]
+    if packs:
+        return replace(nest, outer=tuple(a for i, a in enumerate(nest.outer) if i not in packs))
+    at = next((i for i, a in enumerate(nest.outer) if a.dim in ("h", "w") and a.kind != "Pack"), None)
+    if at is None or "k" in nest.plan.partial_dims:
+        return None
+    kf = nest.plan.footprint("k", ctx.lanes)
+    pack = Atom("PackT", tensor="K", dims=(f"k/{kf}", "r", "s", "c", "k"))
+    return replace(nest, outer=(*nest.outer[:at], pack, *nest.outer[at:]))
+
+
+Mutation = Callable[[Context, Nest, random.Random], "Nest | None"]
+MUTATIONS: dict[str, Mutation] = {
+    "swap": _swap, "move": _move, "shift": _shift, "split": _split, "merge": _merge, "plan": _plan,
+    "pack": _pack,
+}  # fmt: skip
+
+
+def mutations(ctx: Context) -> dict[str, Mutation]:
+    """The mutations that stay in ``ctx``'s space: a fixed permutation is not reordered, the weights'
+    panels are packed only in a space that packs them."""
+    off = {"swap", "move", "split"} if ctx.space.permutation == "fixed" else set()
+    if not ctx.space.pack_weights or ctx.space.packing != "none":
+        off.add("pack")
+    return {k: f for k, f in MUTATIONS.items() if k not in off}
+
+
+def refixed(ctx: Context, nest: Nest) -> Nest | None:
+    """In a fixed-permutation space, the loops put back level by level in the space's order (a mutation
+    that changes a dimension's levels moves the others); None if packing would have to move too."""
+    if ctx.space.permutation != "fixed":
+        return nest
+    if any(a.dim is None for a in nest.outer):
+        return None
+    order = level_order([(a.dim, a) for a in nest.outer], ctx.space.fixed_order)
+    return replace(nest, outer=tuple(a for _, a in order))
+
+
+def mutate(
+    ctx: Context, text: str, plan: Plan, rng: random.Random, tries: int = 30
+) -> tuple[str, Plan] | None:
+    """A legal mutation of the scheme ``text`` (drawn on ``plan``): one mutation, a second with probability
+    1/3; None when ``tries`` attempts gave nothing legal."""
+    ops = mutations(ctx)
+    names = sorted(ops)
+    parent = Nest.of(text, plan)
+    for _ in range(tries):
+        child: Nest | None = parent
+        for _step in range(1 + (rng.random() < 1 / 3)):
+            child = ops[rng.choice(names)](ctx, child, rng) if child is not None else None
+        child = refixed(ctx, child) if child is not None else None
+        if child is None:
+            continue
+        out = child.text()
+        if out != text and ctx.legal(out) and ctx.chunk_ok(out):
+            return out, child.plan
+    return None
+
+
+class Refine(Strategy):
+    """Random draws, then mutations of the best measured so far."""
+
+    name = "refine"
+
+    def __init__(self, problem: Problem, cfg: SearchConfig):
+        super().__init__(problem, cfg)
+        self.params = _params(cfg)
+        self.draws = Sampled(problem, cfg, self.params["sampler"])
+        self.ctx = self.draws.ctx
+        self.rng = random.Random(f"refine-{cfg.seed}")  # apart from the draws' stream (same draws as random)
+        self.proposed = 0
+        self.plans: dict[str, tuple[str, Plan]] = {}  # key -> (scheme text, plan)
+        self.perf: dict[str, float] = {}
+
+    def _draw(self) -> Candidate | None:
+        c = self.draws.next()
+        if c is not None:
+            self.plans[c.key] = (c.text, self.draws.last_plan)
+        return c
+
+    def _child(self) -> Candidate | None:
+        best = sorted(self.perf, key=lambda k: (-self.perf[k], k))[: self.params["top"]]
+        if not best or self.rng.random() < self.params["restart"]:
+            return self._draw()
+        for _ in range(20):
+            text, plan = self.plans[self.rng.choice(best)]
+            got = mutate(self.ctx, text, plan, self.rng)
+            if got is None:
+                continue
+            c = candidate(self.problem, self.ctx, got[0])
+            if c.key not in self.draws.seen:
+                self.draws.seen.add(c.key)
+                self.plans[c.key] = (c.text, got[1])
+                return c
+        return self._draw()  # the neighbourhood of the best is used up: explore
+
+    def ask(self, n: int) -> list[Candidate]:
+        out: list[Candidate] = []
+        for _ in range(n):
+            c = self._draw() if self.proposed < self.params["explore"] else self._child()
+            if c is None:
+                break
+            self.proposed += 1
+            out.append(c)
+        return out
+
+    def tell(self, cand: Candidate, perf: float | None) -> None:
+        if perf is not None and cand.key in self.plans:
+            self.perf[cand.key] = float(perf)
