@@ -144,7 +144,7 @@ def build_experiment(cfg: Any) -> Any:
     t = c["timing"]
     limits = c["limits"]
     mem = limits.get("memory_gib")
-    _guard(c["limits"], workload, candidates, int(mem * 2**30) if mem else int(0.8 * m.memory_bytes))
+    _guard(limits, workload, candidates, int(mem * 2**30) if mem else int(0.8 * m.memory_bytes))
     return Experiment(
         name=str(c["experiment"]),
         workload=workload,

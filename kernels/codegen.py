@@ -77,12 +77,15 @@ def analyze_for(
         raise as_written(exc, an.scheme) from None
     if an.vector_dim is not None and an.vector_dim in op.reduction_dims:
         v = an.scheme[-1]
-        raise SchemeError(
-            "V-reduction",
-            f"{an.vector_dim} is a reduction dimension; vectorizing it needs a horizontal sum, "
-            "which is not generated: vectorize a dimension of the output",
-            v,
-            len(an.scheme) - 1,
+        raise as_written(
+            SchemeError(
+                "V-reduction",
+                f"{an.vector_dim} is a reduction dimension; vectorizing it needs a horizontal sum, "
+                "which is not generated: vectorize a dimension of the output",
+                v,
+                len(an.scheme) - 1,
+            ),
+            an.scheme,
         )
     return an
 

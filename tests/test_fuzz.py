@@ -273,6 +273,9 @@ def test_tfused_positions_in_messages_count_written_atoms() -> None:
         parse_scheme("[R_i, Tfused_[(j,2),(i,0)], R_k]")
     assert "atom Tfused_[(j,2),(i,0)] at position 1 (dimension i)" in str(ei.value)
     assert ei.value.rule == "positive-size"
+    # a V on a reduction dimension after a Tfused: the V's position as written (fuzz seed 0, case 2347)
+    verdict = classify(random_case(0, 2347, "avx512"))
+    assert (verdict.outcome, verdict.rule) == (REJECTED, "V-reduction"), verdict
 
 
 # -- bugs the fuzzer found --------------------------------------------------------------------------------
