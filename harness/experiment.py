@@ -417,12 +417,8 @@ def _stored_perf(mine: pd.DataFrame) -> dict[str, float | None]:
 
 
 def _first_round_ns(row: dict[str, Any]) -> float | None:
-    """The median time of a stored row's first timing round (its median when it has one round)."""
-    rounds = row.get("round_medians_ns")
-    if rounds is not None and len(rounds):
-        return float(rounds[0])
-    ns = row.get("median_ns")
-    return None if ns is None or ns != ns else float(ns)
+    """The median time of a stored row's first timing round (None without times)."""
+    return next(iter(store.round_medians(row)), None)
 
 
 def _selected_microkernels(exp: Experiment, m: machine_mod.Machine) -> list[dict[str, int]] | None:

@@ -404,13 +404,24 @@ def _weights_in_panels(
     above the outermost loop on h or w: the panels of the current k/c/r/s tile are copied once and read by
     every output row and column below. None when nothing on h or w loops above the microkernel (no reuse
     to pay for the copy), when k is partial, or when the result is illegal."""
-    at = next((i for i, (d, _) in enumerate(outer) if d in ("h", "w")), None)
+    at = panel_place([d for d, _ in outer])
     if at is None or "k" in plan.partial_dims:
         return None
-    pack = f"PackT_K[k/{plan.footprint('k', ctx.lanes)},r,s,c,k]"
+    pack = weights_panel(plan, ctx.lanes)
     atoms = [a for _, a in outer]
     text = "[" + ", ".join([*head, *atoms[:at], pack, *atoms[at:], *suffix]) + "]"
     return text if ctx.legal(text) else None
+
+
+def weights_panel(plan: Plan, lanes: int) -> str:
+    """The atom packing the weights in panels of the microkernel's output channels (see below)."""
+    return f"PackT_K[k/{plan.footprint('k', lanes)},r,s,c,k]"
+
+
+def panel_place(dims: Sequence[str | None]) -> int | None:
+    """Where the weights' panels go among the outer loops' dimensions (outermost first): right above the
+    outermost loop on h or w, so every output row and column below reads the panels copied there."""
+    return next((i for i, d in enumerate(dims) if d in ("h", "w")), None)
 
 
 def _reductions_inner(outer: list[tuple[str, str]], rng: random.Random) -> list[tuple[str, str]]:

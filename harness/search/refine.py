@@ -28,7 +28,16 @@ from math import prod
 from harness.search import Problem, SearchConfig, SearchError, Strategy
 from harness.search._conv import Sampled, candidate
 from kernels.candidate import Candidate
-from kernels.conv_space import SAMPLERS, Context, Plan, divisors, factorizations, level_order
+from kernels.conv_space import (
+    SAMPLERS,
+    Context,
+    Plan,
+    divisors,
+    factorizations,
+    level_order,
+    panel_place,
+    weights_panel,
+)
 from kernels.scheme import Atom, parse_scheme
 
 DEFAULTS = {"sampler": "random", "explore": 50, "top": 4, "restart": 0.1}
@@ -78,6 +87,11 @@ def _tiles(nest: Nest, d: str | None = None) -> list[int]:
     return [i for i, a in enumerate(nest.outer) if a.kind == TILE and (d is None or a.dim == d)]
 
 
+def _tiled_twice(nest: Nest) -> list[str]:
+    """The dimensions with two tiles or more (what a shift or a merge acts on), sorted."""
+    return sorted(d for d in {nest.outer[i].dim for i in _tiles(nest)} if len(_tiles(nest, d)) >= 2)
+
+
 def _swap(ctx: Context, nest: Nest, rng: random.Random) -> Nest | None:
     if len(nest.outer) < 2:
         return None
@@ -101,10 +115,10 @@ def _primes(n: int) -> list[int]:
 
 
 def _shift(ctx: Context, nest: Nest, rng: random.Random) -> Nest | None:
-    dims = [d for d in {nest.outer[i].dim for i in _tiles(nest)} if len(_tiles(nest, d)) >= 2]
+    dims = _tiled_twice(nest)
     if not dims:
         return None
-    src, dst = rng.sample(_tiles(nest, rng.choice(sorted(dims))), 2)
+    src, dst = rng.sample(_tiles(nest, rng.choice(dims)), 2)
     o = list(nest.outer)
     p = rng.choice(_primes(o[src].size))
     o[dst] = replace(o[dst], size=o[dst].size * p)
@@ -129,7 +143,7 @@ def _split(ctx: Context, nest: Nest, rng: random.Random) -> Nest | None:
 
 
 def _merge(ctx: Context, nest: Nest, rng: random.Random) -> Nest | None:
-    dims = sorted({nest.outer[i].dim for i in _tiles(nest) if len(_tiles(nest, nest.outer[i].dim)) >= 2})
+    dims = _tiled_twice(nest)
     if not dims:
         return None
     keep, gone = rng.sample(_tiles(nest, rng.choice(dims)), 2)
@@ -149,11 +163,8 @@ def _plan(ctx: Context, nest: Nest, rng: random.Random) -> Nest | None:
         return None
     new = rng.choice(others)
     rem, whole = ctx.remaining(new), ctx.whole_atoms(new)
-    kf = f"k/{new.footprint('k', ctx.lanes)}"  # the weights' panels follow the microkernel's k
-    o: list[Atom | None] = [
-        replace(a, dims=tuple(kf if d.startswith("k/") else d for d in a.dims)) if a.kind == "PackT" else a
-        for a in nest.outer
-    ]
+    panel = parse_scheme(f"[{weights_panel(new, ctx.lanes)}]")[0]  # the panels follow the microkernel's k
+    o: list[Atom | None] = [panel if _is_panel(a) else a for a in nest.outer]
     for d in rem:
         at = [i for i, a in enumerate(o) if a is not None and a.dim == d and a.kind in LOOPS]
         if d in whole:  # the whole atom at the innermost loop's place, the others gone
@@ -190,15 +201,18 @@ def _plan(ctx: Context, nest: Nest, rng: random.Random) -> Nest | None:
 
 def _pack(ctx: Context, nest: Nest, rng: random.Random) -> Nest | None:
     """Toggle the weights' panel packing above the outermost h or w loop (kernels.conv_space's place)."""
-    packs = [i for i, a in enumerate(nest.outer) if a.kind == "PackT" and a.tensor == "K"]
-    if packs:
-        return replace(nest, outer=tuple(a for i, a in enumerate(nest.outer) if i not in packs))
-    at = next((i for i, a in enumerate(nest.outer) if a.dim in ("h", "w") and a.kind != "Pack"), None)
+    if any(_is_panel(a) for a in nest.outer):
+        return replace(nest, outer=tuple(a for a in nest.outer if not _is_panel(a)))
+    at = panel_place([a.dim for a in nest.outer])
     if at is None or "k" in nest.plan.partial_dims:
         return None
-    kf = nest.plan.footprint("k", ctx.lanes)
-    pack = Atom("PackT", tensor="K", dims=(f"k/{kf}", "r", "s", "c", "k"))
+    pack = parse_scheme(f"[{weights_panel(nest.plan, ctx.lanes)}]")[0]
     return replace(nest, outer=(*nest.outer[:at], pack, *nest.outer[at:]))
+
+
+def _is_panel(a: Atom) -> bool:
+    """The weights packed in panels (``pack_weights``; the space's own ``packing`` writes Pack_X atoms)."""
+    return a.kind == "PackT" and a.tensor == "K"
 
 
 Mutation = Callable[[Context, Nest, random.Random], "Nest | None"]
