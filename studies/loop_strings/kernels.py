@@ -10,7 +10,9 @@ A ``loop_spec_string`` names the logical loops with letters in declaration order
   lower-case loops outside run redundantly in every thread, the parallel loops become
   ``omp for collapse(k) nowait`` and must be consecutive; ``@clauses`` after the letters are appended to
   that ``omp for`` (e.g. ``@schedule(dynamic,1)``); ``|`` after a letter puts ``omp barrier`` after
-  that loop closes;
+  that loop closes. As in PARLOOPER, synchronisation is the string's: a reduction loop outside ``nowait``
+  parallel loops is safe with a static schedule (each thread keeps its blocks from one step to the next)
+  and races with a dynamic one unless a barrier follows the parallel loops;
 - PAR-MODE 2: ``{R:n}``, ``{C:n}``, ``{L:n}`` after an upper-case letter split it into n contiguous
   blocks over the rows / columns / layers of an explicit thread grid (the capitals need not be adjacent).
 
