@@ -6,7 +6,7 @@ PIP := $(VENV)/bin/pip
 APT_PACKAGES := gcc clang libopenblas-dev libpapi-dev libblis-dev libxsmm-dev libdnnl-dev chromium poppler-utils valgrind
 JOBS ?= 2
 
-.PHONY: setup quick full test test-heavy lint clean-results restore-measured report-all torch
+.PHONY: setup quick full test test-heavy lint clean-results restore-measured report-all torch slurm-up slurm-down slurm-test
 
 # Idempotent: Debian packages when run as root, a virtual environment, the project (editable) with its
 # dev tools, today's baseline libraries from PyPI at pinned versions (oneDNN 3, OpenBLAS, MKL: extra
@@ -78,3 +78,15 @@ report-all: results-all/.restored
 	$(VENV)/bin/harness report --results results-all --out results-all/report
 	@echo "report of every archive: $$(pwd)/results-all/report/index.html"
 	@echo "verdict matrix: $$(pwd)/results-all/report/figures/verdict-matrix.png"
+
+# A single-node SLURM cluster on this machine (root, Debian 12: slurm-wlm 22.05, munge, slurmdbd with
+# MariaDB; daemons started directly, no systemd needed), and the cluster paths run through it: the slurm
+# profile and the submitit launcher against local runs of the same targets (docs/cluster.md).
+slurm-up:
+	bash profiles/slurm/local/cluster.sh up
+
+slurm-down:
+	bash profiles/slurm/local/cluster.sh down
+
+slurm-test: setup slurm-up
+	$(VENV)/bin/pytest -m slurm -n 0 -s tests/test_slurm.py

@@ -36,6 +36,15 @@ def merge_catalogue(config, folder="workflow/catalogue", studies="studies"):
 
 merge_catalogue(config)
 
+
+onstart:
+    # the slurm profile (or --executor slurm) with no scheduler to reach: one line, not a plugin traceback
+    if getattr(workflow.executor_plugin, "name", "") == "slurm":
+        from harness.allocation import scheduler_problem
+
+        if problem := scheduler_problem():
+            raise WorkflowError(problem)
+
 PROFILE = config.get("profile", "quick")
 JOBS = config["jobs"][PROFILE]
 FIGURES = config["figures"]

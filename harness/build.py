@@ -19,6 +19,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness import interrupt
+from harness.interrupt import Interrupted
 from kernels.candidate import KernelSource
 
 ERROR_TAIL = 4000  # characters of compiler stderr kept in a BuildResult
@@ -30,10 +32,6 @@ COMPILE_LINES_PER_S = 100
 def compile_timeout(code: str) -> float:
     """Seconds the compiler gets for ``code``: a base, plus time in proportion to the source's lines."""
     return COMPILE_TIMEOUT_S + code.count("\n") / COMPILE_LINES_PER_S
-
-
-class BuildInterrupted(RuntimeError):
-    """The compiler was killed from outside: the run stops without recording a compile error."""
 
 
 @dataclass(frozen=True)
@@ -91,6 +89,7 @@ def _key(*parts: object) -> str:
 
 def _compile(cmd_head: list[str], code: str, cmd_tail: list[str], out: Path, workdir: Path) -> str | None:
     """Run the compiler on ``code``; returns None on success, else the stderr tail."""
+    interrupt.check()
     workdir.mkdir(parents=True, exist_ok=True)
     fd, src_name = tempfile.mkstemp(suffix=".c", dir=workdir)
     src = Path(src_name)
@@ -110,7 +109,7 @@ def _compile(cmd_head: list[str], code: str, cmd_tail: list[str], out: Path, wor
         except OSError as exc:
             return f"cannot run {cmd_head[0]}: {exc}"
         if proc.returncode < 0:  # killed (by a user, the OOM killer): not the candidate's fault, no row
-            raise BuildInterrupted(
+            raise Interrupted(
                 f"the compiler was killed by signal {-proc.returncode} while building {out.name}; nothing "
                 "was recorded for it: run the same command again"
             )

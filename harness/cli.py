@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from harness import allocation
 from harness.config import CONF_DIR, ROOT
 
 SWEEPS_DIR = ROOT / "sweeps"  # multirun presets: `harness run -m +sweeps=NAME` (conf/sweeps links here)
@@ -196,7 +197,7 @@ def _hydra_main(command: str) -> None:
     import hydra
     from omegaconf import DictConfig
 
-    from harness.build import BuildInterrupted
+    from harness.interrupt import Interrupted, stop_on_sigterm
     from kernels.baselines import BaselineUnavailable
     from kernels.operators import OperatorError
     from kernels.scheme import SchemeError
@@ -206,6 +207,7 @@ def _hydra_main(command: str) -> None:
     def task(cfg: DictConfig) -> None:
         from harness.experiment import run_experiment
 
+        stop_on_sigterm()  # here too: under submitit this function runs in a SLURM job, not under main()
         try:
             exp = build_experiment(cfg)
             if command == "show":
@@ -228,7 +230,7 @@ def _hydra_main(command: str) -> None:
         ) as exc:
             _fail(str(exc).strip("'\""))
             return
-        except BuildInterrupted as exc:
+        except Interrupted as exc:
             _fail(str(exc))
             return
         except OSError as exc:
@@ -370,7 +372,26 @@ def _results_override(args: list[str]) -> Path:
     return Path(found[-1].strip("'\"") if found else "results")
 
 
+#: Hydra launchers that submit to SLURM (conf/hydra/launcher/cluster.yaml and the one it extends)
+SLURM_LAUNCHERS = ("cluster", "submitit_slurm")
+
+
+def _slurm_launcher(args: list[str]) -> bool:
+    """Whether a run's overrides send its jobs to SLURM (``hydra/launcher=cluster``)."""
+    return any(a.lstrip("+~").split("=", 1) in (["hydra/launcher", n] for n in SLURM_LAUNCHERS) for a in args)
+
+
 def main(argv: list[str] | None = None) -> None:
+    from harness.interrupt import Interrupted, stop_on_sigterm
+
+    stop_on_sigterm()
+    try:
+        _main(argv)
+    except Interrupted as exc:
+        _fail(str(exc))
+
+
+def _main(argv: list[str] | None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     modules = plugin_modules()
     if argv and argv[0] in modules:
@@ -392,6 +413,8 @@ def main(argv: list[str] | None = None) -> None:
             writable_results(_results_override(rest))
         except UsageError as exc:
             _fail(str(exc))
+        if _slurm_launcher(rest) and (problem := allocation.scheduler_problem()):
+            _fail(problem)
         sys.argv = [f"harness {command}", *quote_schemes(rest)]
         try:
             _hydra_main(command)

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from harness import cachegrind, store
+from harness import allocation, cachegrind, store
 from harness import machine as machine_mod
 from harness.build import BuildResult, CompilerConfig, build_many
 from harness.calibrate import calibrate, probe_peak
@@ -149,6 +149,7 @@ def base_row(exp: Experiment, cand: Candidate, m: machine_mod.Machine) -> dict[s
         "pct_peak_median": None,
         "timestamp": _now(),
         "harness_version": HARNESS_VERSION,
+        "allocation": allocation.as_column(),
         **_library_columns(cand),
     }
 

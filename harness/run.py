@@ -19,8 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
-from harness import machine
+from harness import interrupt, machine
 from harness.build import build_executable, cc_version
+from harness.interrupt import Interrupted
 
 DRIVER_SOURCE = Path(__file__).parent / "driver" / "driver.c"
 PAPI_HEADER = Path("/usr/include/papi.h")
@@ -209,6 +210,7 @@ def run_kernel(
     ``workdir`` holds the compiled driver; tensor files go to a temporary directory under TMP_ROOT
     (/dev/shm), or under ``workdir`` where that does not exist, and are removed in every case.
     """
+    interrupt.check()
     timing = timing or TimingConfig()
     limits = limits or RunLimits()
     workdir = Path(workdir)
@@ -284,7 +286,17 @@ def reported_impl(stderr: str | None) -> str:
     return found[-1] if found else ""
 
 
+#: signals a user or a batch scheduler sends to stop a job (scancel, a time limit, Ctrl-C, a closed
+#: terminal): never a kernel's own fault, so a driver they stop records no row
+STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT, signal.SIGHUP})
+
+
 def _parse(proc: subprocess.CompletedProcess[str], out_path: Path, output_like: np.ndarray) -> RunResult:
+    if proc.returncode < 0 and -proc.returncode in STOP_SIGNALS:
+        raise Interrupted(
+            f"the kernel's driver was stopped by {signal.Signals(-proc.returncode).name}; nothing was "
+            "recorded for it: run the same command again to measure what is missing"
+        )
     if proc.returncode < 0:
         try:
             name = signal.Signals(-proc.returncode).name

@@ -127,6 +127,14 @@ COLUMNS: OrderedDict[str, tuple[pa.DataType, str]] = OrderedDict(
                 "the farthest from 1 of the row's rounds (null: no probe)",
             ),
         ),
+        (
+            "allocation",
+            (
+                STR,
+                "the batch job the row was measured in (scheduler, job id, node, partition, its CPUs), "
+                "JSON object; null: outside a scheduler",
+            ),
+        ),
     ]
 )
 
@@ -152,6 +160,7 @@ OPTIONAL_COLUMNS: dict[str, Any] = {
     "contention_bytes": None,
     "contention_gbps": None,
     "sentinel_ratio": None,
+    "allocation": None,
 }
 
 #: Arrow schema of a row file; field metadata carries the descriptions.
@@ -189,6 +198,7 @@ JSON_COLUMNS: tuple[str, ...] = (
     "counters",
     "counters_unavailable",
     "flags",
+    "allocation",
 )
 
 STATUSES: tuple[str, ...] = (

@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
+import sys
+import time
 import warnings
 from pathlib import Path
 
@@ -20,6 +23,7 @@ from tests.test_store import _rid, make_row
 SWEEP = ["workload=matmul_192", "space=quick_matmul", "baselines=[]", "experiment=faults",
          "sanity.probe=false", "timing.warmup=0", "timing.min_reps=2", "timing.max_reps=2"]  # fmt: skip
 N = 10
+HARNESS = Path(sys.executable).parent / "harness"
 
 
 def stored(results: Path) -> dict[str, str]:
@@ -82,6 +86,31 @@ def test_the_compiler_killed_mid_build_records_nothing_and_the_rerun_completes(t
     kept = stored(results) if store.row_files(results, "faults") else {}
     assert len(kept) < N and "compile_error" not in kept.values()
     again = harness("run", *SWEEP, f"results_dir={results}", f"compiler.cc={cc}")
+    assert again.returncode == 0, again.stderr[-2000:]
+    final = stored(results)
+    assert len(final) == N and set(final.values()) == {"ok"}
+    assert all(final[k] == v for k, v in kept.items())
+
+
+@pytest.mark.heavy
+def test_sigterm_to_a_run_mid_sweep_records_nothing_it_cut_and_the_rerun_completes(tmp_path: Path) -> None:
+    """As a batch scheduler's cancel or time limit does: SIGTERM to every process of the run (harness, the
+    compiler or the kernel's driver, whichever is running). One line, no row blamed on the signal."""
+    results = tmp_path / "results"
+    cmd = [str(HARNESS), "run", *SWEEP, f"results_dir={results}"]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    row_dir = results / "rows" / "faults"
+    deadline = time.monotonic() + 300
+    while proc.poll() is None and time.monotonic() < deadline and len(list(row_dir.glob("*.parquet"))) < 3:
+        time.sleep(0.01)
+    os.killpg(proc.pid, signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    out = subprocess.CompletedProcess(cmd, proc.returncode, "", err)
+    assert "stopped by SIGTERM" in one_line(out)
+    kept = stored(results)
+    assert 3 <= len(kept) < N and set(kept.values()) == {"ok"}
+    assert not list(row_dir.glob(".tmp-*"))
+    again = harness("run", *SWEEP, f"results_dir={results}")
     assert again.returncode == 0, again.stderr[-2000:]
     final = stored(results)
     assert len(final) == N and set(final.values()) == {"ok"}

@@ -9,6 +9,7 @@ import pytest
 
 from harness import run as run_mod
 from harness.build import CompilerConfig, build
+from harness.interrupt import Interrupted
 from harness.machine import detect
 from harness.run import RunLimits, RunResult, TimingConfig, run_kernel
 from kernels.candidate import KernelSource
@@ -121,6 +122,15 @@ def test_segfault_is_a_crash(cache: Path, private_tmp_root: Path) -> None:
     res = _run("int kernel(float *const *t, void *w) { *(volatile int *)0 = 1; return 0; }", cache)
     assert res.status == "crash" and "SIGSEGV" in res.reason
     assert res.output is None
+    assert not any(private_tmp_root.iterdir()), "temporary tensor files left behind"
+
+
+def test_a_driver_stopped_from_outside_records_nothing(cache: Path, private_tmp_root: Path) -> None:
+    """SIGTERM (a scheduler's cancel, a user's kill) is not the kernel's fault: no crash row, the run
+    stops; a kernel's own signal (test above) stays a crash."""
+    code = "#include <signal.h>\nint kernel(float *const *t, void *w) { raise(SIGTERM); return 0; }"
+    with pytest.raises(Interrupted, match="stopped by SIGTERM; nothing was recorded"):
+        _run(code, cache)
     assert not any(private_tmp_root.iterdir()), "temporary tensor files left behind"
 
 
