@@ -131,9 +131,9 @@ def build_experiment(cfg: Any) -> Any:
     if target not in ("avx2", "avx512"):
         raise UsageError(f"target must be auto, avx2 or avx512, got {target!r}")
     _check_choices(c)
-    candidates = space_candidates(
-        c["space"], workload, target, {"target": target, **c["codegen"]}, c.get("scheme"), c.get("baselines")
-    )
+    # an option left at null (codegen.prefetch) is no option: the candidate keys stay those of before it
+    options = {"target": target, **{k: v for k, v in c["codegen"].items() if v is not None}}
+    candidates = space_candidates(c["space"], workload, target, options, c.get("scheme"), c.get("baselines"))
     if spec := c["space"].get("best_of"):  # another experiment's winners, timed again (issue 32)
         from harness.winners import NoWinners, best_of
 
@@ -163,7 +163,7 @@ def build_experiment(cfg: Any) -> Any:
         search=SearchConfig.from_config(c.get("search")),  # None: the space's candidates as they are
         space=dict(c["space"]),
         target=target,
-        base_options={"target": target, **c["codegen"]},
+        base_options=options,
     )
 
 
@@ -197,7 +197,7 @@ def _hydra_main(command: str) -> None:
     import hydra
     from omegaconf import DictConfig
 
-    from harness.interrupt import Interrupted, stop_on_sigterm
+    from harness.interrupt import Interrupted, stop_on_signals
     from kernels.baselines import BaselineUnavailable
     from kernels.operators import OperatorError
     from kernels.scheme import SchemeError
@@ -207,7 +207,7 @@ def _hydra_main(command: str) -> None:
     def task(cfg: DictConfig) -> None:
         from harness.experiment import run_experiment
 
-        stop_on_sigterm()  # here too: under submitit this function runs in a SLURM job, not under main()
+        stop_on_signals()  # here too: under submitit this function runs in a SLURM job, not under main()
         try:
             exp = build_experiment(cfg)
             if command == "show":
@@ -382,9 +382,9 @@ def _slurm_launcher(args: list[str]) -> bool:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from harness.interrupt import Interrupted, stop_on_sigterm
+    from harness.interrupt import Interrupted, stop_on_signals
 
-    stop_on_sigterm()
+    stop_on_signals()
     try:
         _main(argv)
     except Interrupted as exc:

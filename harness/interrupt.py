@@ -2,9 +2,10 @@
 
 None of these is a candidate's fault, so nothing is recorded for the candidate they cut short; every row
 stored before stays (rows are written whole or not at all) and the same command run again measures only
-what is missing. SIGTERM only sets a flag (raising from a signal handler can land inside logging's or
-pyarrow's internals, where the exception is swallowed); the run stops at its next compile or kernel
-launch, the two places every measurement passes through.
+what is missing. SIGTERM (a kill, a cancel, a time limit) and SIGUSR2 (submitit's warning, 90 s before a
+SLURM job's time limit) only set a flag: raising from a signal handler can land inside logging's or
+pyarrow's internals, where the exception is swallowed (submitit's own USR2 handler raises, mid-kernel).
+The run stops at its next compile or kernel launch, the two places every measurement passes through.
 """
 
 from __future__ import annotations
@@ -12,6 +13,11 @@ from __future__ import annotations
 import signal
 
 _requested: list[str] = []
+#: what each stop signal means to the user
+WHY = {
+    "SIGTERM": "a kill, a scheduler's cancel or time limit",
+    "SIGUSR2": "the scheduler's warning that the job's time limit is near",
+}
 
 
 class Interrupted(Exception):
@@ -24,17 +30,20 @@ def _request(signum: int, frame: object) -> None:
     _requested.append(signal.Signals(signum).name)
 
 
-def stop_on_sigterm() -> None:
-    """Make SIGTERM stop this run at its next compile or kernel launch, with one line. Without it a plain
-    process dies at once (also safe), but submitit's SLURM jobs ignore SIGTERM and measure on until the
-    SIGKILL that follows a cancel or a time limit."""
-    signal.signal(signal.SIGTERM, _request)
+def stop_on_signals() -> None:
+    """Make SIGTERM and SIGUSR2 stop this run at its next compile or kernel launch, with one line. Without
+    it a plain process dies at once on SIGTERM (also safe), but submitit's SLURM jobs ignore SIGTERM and
+    measure on until the SIGKILL that follows a cancel or a time limit, and raise from their USR2 handler
+    wherever the run happens to be."""
+    for sig in (signal.SIGTERM, signal.SIGUSR2):
+        signal.signal(sig, _request)
 
 
 def check() -> None:
     """Raise :class:`Interrupted` if a stop was requested."""
     if _requested:
+        name = _requested[0]
         raise Interrupted(
-            f"stopped by {_requested[0]} (a kill, a scheduler's cancel or time limit): every row stored "
-            "before is kept; run the same command again to measure what is missing"
+            f"stopped by {name} ({WHY.get(name, 'a signal')}): every row stored before is kept; run the "
+            "same command again to measure what is missing"
         )

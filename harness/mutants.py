@@ -830,7 +830,7 @@ def demo_kernels(target: str) -> list[DemoKernel]:
     mutated update of that vector changed nothing), a λ_seq matmul (52 = 6x6 + 4x4 rows, with a k
     unroll) and a matmul whose A is transposed into a workspace buffer by PackT (k = 37: full
     in-register blocks and a scalar rest) and one whose A is packed in panels of 6 rows (70 = 11 x 6 +
-    4: a partial last panel)."""
+    4: a partial last panel), and the BLIS-like matmul again with its next output tile prefetched."""
 
     def cand(text: str, **opts: object) -> Candidate:
         return Candidate("scheme", text, tuple(sorted({"target": target, **opts}.items())))
@@ -880,6 +880,11 @@ def demo_kernels(target: str) -> list[DemoKernel]:
                 partial="masked",
             ),  # fmt: skip
             Workload.make("matmul_70x96x37", "matmul", {"i": 70, "j": 96, "k": 37}),
+        ),
+        DemoKernel(  # the next output tile prefetched (codegen option prefetch): a hint, never a result
+            "matmul_prefetch",
+            cand("[R_j, R_i, T_{32,k}, U_{6,i}, U_{2,j}, V_j]", prefetch="i"),
+            Workload.make("matmul_96x64x32_pf", "matmul", {"i": 96, "j": 64, "k": 32}),
         ),
     ]
 

@@ -198,6 +198,7 @@ class _Gen:
     ws_base: str = "(float *)workspace"  # where pack buffers start (per thread under a parallel loop)
     parallel: bool = False
     external_sites: list[str] = field(default_factory=list)  # file-scope declarations of the call sites
+    prefetch: str | None = None  # the output tile of the next step along this dimension (option prefetch)
 
     def __post_init__(self) -> None:
         # how each tensor (ABI order) is addressed here: itself, or the buffer of an enclosing Pack
@@ -672,7 +673,21 @@ class _Gen:
             accs[key] = (name, off.get(vdim, 0) if vdim else 0)  # type: ignore[arg-type]
             load = self.load(out, "po", key[0], accs[key][1])
             self.line(f"{self.ctype} {name} = {load};")
+        if self.prefetch is not None:
+            self.prefetch_next_tile(env, sorted({off for off, _ in accs}))
         return accs, masks
+
+    def prefetch_next_tile(self, env: Mapping[str, tuple[str, int | str]], offsets: list[int]) -> None:
+        """Ask for the output tile of the next step along ``prefetch`` while this tile's reduction runs:
+        one write-intent prefetch per cache line of the tile (16 floats), shifted by this tile's extent
+        along the dimension. A hint only (no fault past the end), so the kernel's results cannot change;
+        it hides the memory latency of an output too large for the caches (a GEMM with a small k)."""
+        d = str(self.prefetch)
+        base, extent = env[d]
+        shifted = {x: b for x, (b, _) in env.items()} | {d: f"({base}) + ({extent})"}
+        self.line(f"const float *pn = {self.views[0].address(self.op.output, shifted)};")
+        for off in dict.fromkeys(off // 16 * 16 for off in offsets):
+            self.line(f"__builtin_prefetch(pn + {off}, 1, 3);")
 
     def acc_key(self, off: Mapping[str, int]) -> tuple[int, str | None]:
         """An output vector: its offset, and its mask, since a partial vector past the extent may share
@@ -820,15 +835,32 @@ def hoist_position(an: Analysis, op: Operator) -> int | None:
 
 
 def generate(
-    an: Analysis, workload: Workload, target: Target, *, hoist: bool = True, fma: bool = True
+    an: Analysis,
+    workload: Workload,
+    target: Target,
+    *,
+    hoist: bool = True,
+    fma: bool = True,
+    prefetch: str | None = None,
 ) -> tuple[str, int]:
-    """C source of the kernel and the workspace bytes its packing buffers need."""
+    """C source of the kernel and the workspace bytes its packing buffers need. ``prefetch``: a dimension
+    of the output; where the output tile is loaded into registers, the tile of the next step along it is
+    prefetched (needs the accumulators hoisted)."""
     op = workload.op
     hoist_at = hoist_position(an, op) if (hoist or an.scalp_position is not None) else None
     ext = external_atom(an)
     if ext is not None:
         hoist_at = None  # the external microkernel loads and stores its own tile
-    gen = _Gen(an, op, workload, target, an.vector_dim is not None, hoist_at, fma)
+    if prefetch is not None:
+        if prefetch not in op.output.dims():
+            dims = op.output.dims()
+            why = f"prefetch={prefetch!r} is not a dimension of the output {op.output.tensor} {dims}"
+            raise SchemeError("prefetch", why)
+        if hoist_at is None:
+            raise SchemeError(
+                "prefetch", "prefetch needs the output tile in registers (hoist=true, no external call)"
+            )
+    gen = _Gen(an, op, workload, target, an.vector_dim is not None, hoist_at, fma, prefetch=prefetch)
     gen.depth = 1
     env: dict[str, tuple[str, int | str]] = {d: ("0", workload.size[d]) for d in op.dims}
     gen.emit(0, env, {})
@@ -836,7 +868,9 @@ def generate(
         f"/* operator : {op.text()} */",
         f"/* workload : {workload.name} {workload.size} */",
         f"/* scheme   : {format_scheme(an.scheme, ascii_only=True)} */",
-        f"/* target   : {target.name} ({target.lanes} lanes), fma={fma}, hoist={hoist} */",
+        f"/* target   : {target.name} ({target.lanes} lanes), fma={fma}, hoist={hoist}"
+        + (f", prefetch={prefetch}" if prefetch else "")
+        + " */",
         "#include <immintrin.h>",
         *(["#include <omp.h>"] if gen.parallel else []),
         "#define MIN(a, b) ((a) < (b) ? (a) : (b))",
@@ -866,6 +900,7 @@ def render_scheme(candidate: Candidate, workload: Workload) -> KernelSource:
     partial = str(candidate.option("partial", "none"))
     fma = bool(candidate.option("fma", True))
     hoist = bool(candidate.option("hoist", True))
+    prefetch = candidate.option("prefetch", None)
     padded = workload
     if partial == "padded":
         try:
@@ -876,7 +911,9 @@ def render_scheme(candidate: Candidate, workload: Workload) -> KernelSource:
             raise
     an = analyze_for(candidate.text, padded, target, partial)
     try:
-        code, workspace = generate(an, padded, target, hoist=hoist, fma=fma)
+        code, workspace = generate(
+            an, padded, target, hoist=hoist, fma=fma, prefetch=None if prefetch is None else str(prefetch)
+        )
     except SchemeError as exc:  # a rule only code generation can check (external-flexible, ...)
         raise as_written(exc, an.scheme) from None
     parallel = any(a.kind in PAR_KINDS for a in an.scheme)

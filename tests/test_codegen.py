@@ -651,3 +651,47 @@ def test_pack_without_transposition_is_unchanged() -> None:
     w = mm(16, 2 * L, 21)
     for text in ["[Pack_B, R_j, R_i, R_k, U_{4,i}, U_{2,j}, V_j]", "[R_i, R_j, PackT_B[k,j], R_k]"]:
         assert "ttile_transpose" not in render(scheme(text), w).code
+
+
+# -- prefetch of the next output tile (codegen option prefetch, issue 33) -----------------------------------
+def test_prefetching_the_next_output_tile_changes_no_result(tmp_path: Path, shared_cache: Path) -> None:
+    """Along i, j (matmul) and w (conv), with partial tiles past the end: every output point checked."""
+    lanes = get_target(HOST_TARGET).lanes
+    w = mm(23, 2 * lanes + 3, 19)
+    cands = [
+        scheme("[R_j, R_i, R_k, U_{6,i}, U_{2,j}, V_j]", partial="masked", prefetch=d) for d in ("i", "j")
+    ]
+    cands.append(scheme("[R_i, Texct_{12,i}, R_j, Tvar_{12,i}, R_k, U_{6,i}, U_{2,j}, V_j]", partial="masked",
+                        prefetch="i"))  # fmt: skip
+    for row in run_candidates(cands, w, tmp_path / "mm", shared_cache, FULL):
+        assert row["status"] == "ok" and row["check_passed"], (row["label"], row["reason"][:300])
+    c = conv(1, h=5, w=9, k=2 * lanes, c=3, r=3, s=3)
+    text = "[R_k, R_h, R_w, R_r, R_s, R_c, U_{3,w}, U_{2,k}, V_k]"
+    (row,) = run_candidates(
+        [scheme(text, partial="masked", prefetch="w")], c, tmp_path / "cv", shared_cache, FULL
+    )
+    assert row["status"] == "ok" and row["check_passed"], row["reason"][:300]
+
+
+def test_prefetch_lines_follow_the_accumulators() -> None:
+    """One write-intent prefetch per cache line of the tile (two AVX2 vectors share one), at the tile one
+    extent further along the dimension, after the accumulators are loaded and before the reduction loop."""
+    w = mm(12, 32, 8)
+    text = "[R_j, R_i, R_k, U_{3,i}, U_{2,j}, V_j]"
+    lines = _lines(text, w, "avx2", prefetch="i")
+    pn = _index(lines, r"const float \*pn = C \+ 32 \* \(\(i_\d+\) \+ \(3\)\)")
+    pf = _index(lines, r"__builtin_prefetch\(pn \+ \d+, 1, 3\)")
+    (kloop,) = _index(lines, r"for \(int k_\d+ ")
+    assert len(pn) == 1 and len(pf) == 3  # 3 rows x 16 floats: one line each
+    assert max(_index(lines, r"acc\d+ = _mm256_loadu_ps\(po")) < pn[0] < min(pf) and max(pf) < kloop
+    assert not _index(_lines(text, w, "avx2"), r"prefetch")
+
+
+@pytest.mark.parametrize(
+    ("options", "rule"),
+    [({"prefetch": "k"}, "not a dimension of the output"), ({"prefetch": "i", "hoist": False}, "hoist")],
+)
+def test_prefetch_needs_an_output_dimension_and_the_tile_in_registers(options: dict, rule: str) -> None:
+    cand = scheme("[R_j, R_i, R_k, U_{3,i}, U_{2,j}, V_j]", "avx2", **options)
+    with pytest.raises(SchemeError, match=rule):
+        render(cand, mm(12, 32, 8))

@@ -507,3 +507,16 @@ def test_unknown_variant_is_one_line_exit_2() -> None:
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=CONF.parent.parent, timeout=120)
     assert out.returncode == 2 and out.stderr.strip().count("\n") == 0
     assert "unknown GEMM variant 'B2A3C0'" in out.stderr
+
+
+def test_whole_blocks_and_prefetch_in_a_space_entry(tmp_path: Path, shared_cache: Path) -> None:
+    """``kc: whole`` is the whole k rounded up to the tile (C read and written once), ``prefetch`` the
+    code-generation option; both compute the product."""
+    w = mm(23, 2 * LANES + 3, 19)
+    entry = {"gemm_variant": "A3B2C0", "pack": "none", "mr": 3, "nr": LANES, "kc": "whole", "nc": "whole",
+             "mc": 6, "prefetch": ["none", "i"]}  # fmt: skip
+    got = space_entry(entry, w, HOST_TARGET)
+    assert [opts.get("prefetch") for _, opts in got] == [None, "i"]
+    assert all("Texct_{19,k}" in t and f"Texct_{{{3 * LANES},j}}" in t for t, _ in got)
+    rows = run_candidates([scheme(t, **o) for t, o in got], w, tmp_path, shared_cache, FULL)
+    assert all(r["status"] == "ok" and r["check_passed"] for r in rows), [r["reason"][:200] for r in rows]

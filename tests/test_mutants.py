@@ -39,7 +39,9 @@ from tests.conftest import HOST_TARGET
 
 KERNELS = demo_kernels(HOST_TARGET)
 BY_LABEL = {k.label: k for k in KERNELS}
-ORIGINAL_KERNELS = ("matmul_blis", "conv_ukernel", "conv_s2_muladd")
+# the original mutants run on the three original kernels, and on the BLIS-like matmul with its next output
+# tile prefetched: a prefetch line must not hide a mutant from the check (issue 33)
+ORIGINAL_KERNELS = ("matmul_blis", "conv_ukernel", "conv_s2_muladd", "matmul_prefetch")
 ORIGINAL = (
     "drop_last_iteration", "skip_first_iteration", "wrong_input_offset", "wrong_input_stride", "drop_fma",
     "zero_init_accumulators", "store_wrong_offset", "drop_store", "wrong_broadcast", "fma_wrong_accumulator",

@@ -196,3 +196,37 @@ def test_a_job_given_one_cpu_pins_its_kernels_there(tmp_path: Path) -> None:
     print(f"pinned to CPU {given} of the host's {sorted(os.sched_getaffinity(0))}")
     states = sacct({str(a["job_id"]) for a in alloc})
     assert set(states.values()) == {"COMPLETED"}, states
+
+
+def test_a_job_near_its_time_limit_stops_cleanly_and_the_rerun_measures_only_the_rest(tmp_path: Path) -> None:
+    """A one-minute limit (``hydra.launcher.timeout_min=1``) on a search that needs longer. submitit asks
+    SLURM for SIGUSR2 90 s before the limit (here: at once) and the harness stops at its next compile or
+    kernel launch with one line (without its handler, submitit raised from inside a kernel's run); had it
+    gone on, SIGTERM at the limit would do the same. The rows stored are whole and none is blamed on the
+    signal; the same search run again with a budget five proposals longer measures just those five."""
+    results = tmp_path / "limited"
+    search = ["+sweeps=ttile_conv_u17h", "workload=yolo9000_18_small", "timing.max_reps=10", "baselines=[]",
+              "experiment=slurm_limit", f"results_dir={results}"]  # fmt: skip
+    harness = str(BIN / "harness")
+    limited = [harness, "run", "-m", "hydra/launcher=cluster", "hydra.launcher.timeout_min=1", *search]
+    print("$", " ".join(limited), "search.budget=2000", flush=True)
+    start = time.monotonic()
+    out = subprocess.run(
+        [*limited, "search.budget=2000"], cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
+    assert out.returncode != 0, "the search finished within its time limit: give it more to do"
+    (log,) = results.glob("hydra/multirun-*/.submitit/*/*_log.err")
+    said = [ln for ln in log.read_text().splitlines() if "harness: error:" in ln]
+    print(f"stopped after {time.monotonic() - start:.0f} s:", *said)
+    assert len(said) == 1 and "stopped by SIG" in said[0] and "Traceback" not in log.read_text()
+    assert store.set_aside_unreadable(results, "slurm_limit") == [], "a row was cut by the kill"
+    before = rows(results)
+    assert len(before) > 5 and set(before["status"]) <= {"ok", "wrong", "compile_error", "unsupported"}, (
+        before["status"].value_counts().to_dict()
+    )
+    states = sacct({str(a["job_id"]) for a in allocations(before)})
+    assert set(states.values()) <= {"TIMEOUT", "FAILED"}, states  # FAILED: it stopped itself, exit 2
+    run([harness, "run", "-m", "hydra/launcher=cluster", *search, f"search.budget={len(before) + 5}"])
+    got = rows(results)
+    kept = got.merge(before[["candidate_key", "timestamp"]], on="candidate_key", suffixes=("", "_before"))
+    assert len(got) == len(before) + 5 and (kept["timestamp"] == kept["timestamp_before"]).all()

@@ -257,12 +257,16 @@ def space_entry(entry: Mapping[str, Any], workload: Workload, target: str) -> li
     - ``mr``, ``nr``, ``kr``: the register tile (default :func:`default_tile`); ``microkernels: all``
       (every (mr, nr) the registers hold) or a list of ``[mr, nr]`` pairs instead (Fig 16);
     - ``mc``, ``nc``, ``kc``: blocks (default: the cache model for this machine); a list sweeps them;
+      ``whole`` is the whole dimension (one block: kc = k reads and writes C once);
     - ``scale``: ``{mc: [0.5, 1, 2], ...}`` multiplies the model's blocks (the sweep around the model);
     - ``pack``: ``both`` (default), ``A``, ``B``, ``none`` or a list (Fig 19, resident C variants);
     - ``stage``: ``optimized`` (default) or a list of :data:`STAGES` (Fig 13's generator ladder);
     - ``layout``: ``panels`` (default) or ``rows`` or a list: the packed buffers' layout (resident C);
     - ``threads``: > 1 splits the outermost block loop across that many threads (:func:`parallel_scheme`,
       Fig 20; resident-C variants; shapes that do not split into whole tiles per thread are skipped).
+    - ``prefetch``: ``none`` (default), a dimension of C (``i``, ``j``) or a list: the microkernel prefetches
+      the C tile of the next step along it while it computes this one (code-generation option
+      ``prefetch``; the paper's TVM has none, the libraries do);
     - ``allow_spill``: true measures register tiles the vector registers cannot hold (an error otherwise:
       such a tile spills its accumulators, which is not the microkernel the paper's Fig 16 describes).
     """
@@ -297,16 +301,18 @@ def space_entry(entry: Mapping[str, Any], workload: Workload, target: str) -> li
                     )
         stages = _as_list(entry.get("stage", "optimized"))
         layouts = _as_list(entry.get("layout", "panels")) if resident(variant) == "C" else ["panels"]
-        for (mr, nr, kr), pack, stage, layout in product(
-            tiles3, _as_list(entry.get("pack", "both")), stages, layouts
+        prefetches = [str(x) for x in _as_list(entry.get("prefetch", "none"))]
+        for (mr, nr, kr), pack, stage, layout, prefetch in product(
+            tiles3, _as_list(entry.get("pack", "both")), stages, layouts, prefetches
         ):
             base, _ = model_params(variant, target, workload.size, int(mr), int(nr), int(kr))
             scale = entry.get("scale") or {}
             blocks = {}
             steps = register_tile(variant, int(mr), int(nr), int(kr))
             for key, d in (("mc", "i"), ("nc", "j"), ("kc", "k")):
-                if key in entry:
-                    blocks[key] = [int(v) for v in _as_list(entry[key])]
+                if key in entry:  # "whole": the dimension, rounded up to the register tile
+                    whole = -(-workload.size[d] // steps[key[0]]) * steps[key[0]]
+                    blocks[key] = [whole if v == "whole" else int(v) for v in _as_list(entry[key])]
                     continue
                 # a scaled block stays a whole number of register tiles and within the problem
                 step, dim = steps[key[0]], workload.size[d]
@@ -328,12 +334,12 @@ def space_entry(entry: Mapping[str, Any], workload: Workload, target: str) -> li
                         continue  # this shape does not split into whole tiles per thread: not expressible
                 else:
                     text = variant_scheme(variant, p, lanes, str(pack), str(stage), str(layout))
-                options = dict(OPTIONS)
+                options = dict(OPTIONS) | ({"prefetch": prefetch} if prefetch != "none" else {})
                 if (
                     "scale" in entry
                 ):  # the model sweep: say in the label how far from the model (codegen ignores it)
                     options["gemm_blocks"] = blocks_label(p, base)
-                if all(text != t for t, _ in out):  # "basic" ignores the blocks: once
+                if all((text, options) != x for x in out):  # "basic" ignores the blocks: once
                     out.append((text, options))
     return out
 
