@@ -10,9 +10,11 @@ The run stops at its next compile or kernel launch, the two places every measure
 
 from __future__ import annotations
 
+import os
 import signal
 
 _requested: list[str] = []
+_owner: list[int] = []  # the process that installed the handlers
 #: what each stop signal means to the user
 WHY = {
     "SIGTERM": "a kill, a scheduler's cancel or time limit",
@@ -27,6 +29,12 @@ class Interrupted(Exception):
 
 
 def _request(signum: int, frame: object) -> None:
+    if os.getpid() not in _owner:
+        # a forked child (a multiprocessing pool's worker): the signal means what it always does there;
+        # a pool's terminate() stops its workers with SIGTERM and waits for them to die
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+        return
     _requested.append(signal.Signals(signum).name)
 
 
@@ -35,6 +43,7 @@ def stop_on_signals() -> None:
     it a plain process dies at once on SIGTERM (also safe), but submitit's SLURM jobs ignore SIGTERM and
     measure on until the SIGKILL that follows a cancel or a time limit, and raise from their USR2 handler
     wherever the run happens to be."""
+    _owner[:] = [os.getpid()]
     for sig in (signal.SIGTERM, signal.SIGUSR2):
         signal.signal(sig, _request)
 

@@ -673,21 +673,45 @@ class _Gen:
             accs[key] = (name, off.get(vdim, 0) if vdim else 0)  # type: ignore[arg-type]
             load = self.load(out, "po", key[0], accs[key][1])
             self.line(f"{self.ctype} {name} = {load};")
-        if self.prefetch is not None:
-            self.prefetch_next_tile(env, sorted({off for off, _ in accs}))
+        for tensor, d in prefetches(self.prefetch, self.op):
+            if tensor == out.tensor:
+                self.prefetch_output_tile(env, d, sorted({off for off, _ in accs}))
+            else:
+                self.prefetch_input_tile(env, tensor, d)
         return accs, masks
 
-    def prefetch_next_tile(self, env: Mapping[str, tuple[str, int | str]], offsets: list[int]) -> None:
-        """Ask for the output tile of the next step along ``prefetch`` while this tile's reduction runs:
-        one write-intent prefetch per cache line of the tile (16 floats), shifted by this tile's extent
-        along the dimension. A hint only (no fault past the end), so the kernel's results cannot change;
-        it hides the memory latency of an output too large for the caches (a GEMM with a small k)."""
-        d = str(self.prefetch)
+    def prefetch_output_tile(
+        self, env: Mapping[str, tuple[str, int | str]], d: str, offsets: list[int]
+    ) -> None:
+        """Ask for the output tile of the next step along ``d`` while this tile's reduction runs: one
+        write-intent prefetch per cache line of the tile (16 floats), shifted by this tile's extent along
+        d. A hint only (no fault past the end), so the kernel's results cannot change; it hides the
+        memory latency of an output too large for the caches (a GEMM with a small k)."""
         base, extent = env[d]
         shifted = {x: b for x, (b, _) in env.items()} | {d: f"({base}) + ({extent})"}
         self.line(f"const float *pn = {self.views[0].address(self.op.output, shifted)};")
         for off in dict.fromkeys(off // 16 * 16 for off in offsets):
             self.line(f"__builtin_prefetch(pn + {off}, 1, 3);")
+
+    def prefetch_input_tile(self, env: Mapping[str, tuple[str, int | str]], tensor: str, d: str) -> None:
+        """The part of input ``tensor`` the next step along ``d`` reads below this point (every index of
+        its other dimensions in this region, e.g. the next micro-panel of an unpacked A: mr rows x kc),
+        one read prefetch per 16 floats of its contiguous axis, in a loop nest."""
+        n = next(k for k, t in enumerate(self.op.tensors) if t.tensor == tensor)
+        acc, view = self.op.tensors[n], self.views[n]
+        dims = acc.dims()
+        bases = {x: b for x, (b, _) in env.items()}
+        self.line(f"{{  /* prefetch {tensor}: the tile of the next step along {d} */")
+        self.depth += 1
+        for k, x in enumerate(dims):
+            base, extent = env[x]
+            step = 16 if x == dims[-1] else 1
+            shift = f" + ({extent})" if x == d else ""
+            bases[x] = f"({base}){shift} + pf{k}"
+            self.line(f"for (int pf{k} = 0; pf{k} < {extent}; pf{k} += {step})")
+        self.line(f"  __builtin_prefetch({view.address(acc, bases)}, 0, 3);")
+        self.depth -= 1
+        self.line("}")
 
     def acc_key(self, off: Mapping[str, int]) -> tuple[int, str | None]:
         """An output vector: its offset, and its mask, since a partial vector past the extent may share
@@ -819,6 +843,28 @@ class _Gen:
         self.line("}")
 
 
+def prefetches(spec: str | None, op: Operator) -> list[tuple[str, str]]:
+    """The (tensor, dimension) pairs of the option ``prefetch``: comma-separated items ``d`` (the output's
+    tile along d) or ``X:d`` (tensor X's tile along d, e.g. ``C:i,A:i``). An input must be indexed by plain
+    dimensions (not ``h*stride + r``) and d must be one of its dimensions."""
+    out = []
+    tensors = {t.tensor: t for t in op.tensors}
+    for item in (spec or "").split(","):
+        if not item.strip():
+            continue
+        tensor, _, d = item.strip().rpartition(":")
+        acc = tensors.get(tensor or op.output.tensor)
+        if acc is None:
+            raise SchemeError("prefetch", f"prefetch={spec!r}: no tensor {tensor!r} in {op.text()}")
+        if d not in acc.dims():
+            why = f"prefetch={spec!r}: {d!r} is not a dimension of {acc.tensor} {acc.dims()}"
+            raise SchemeError("prefetch", why)
+        if acc is not op.output and any(len(axis) != 1 or axis[0][1] != 1 for axis in acc.axes):
+            raise SchemeError("prefetch", f"prefetch={spec!r}: {acc.text()} has a compound index")
+        out.append((acc.tensor, d))
+    return out
+
+
 def hoist_position(an: Analysis, op: Operator) -> int | None:
     """Where output accumulators go: at ScalP if given, else above the innermost reduction loops."""
     if an.scalp_position is not None:
@@ -852,10 +898,7 @@ def generate(
     if ext is not None:
         hoist_at = None  # the external microkernel loads and stores its own tile
     if prefetch is not None:
-        if prefetch not in op.output.dims():
-            dims = op.output.dims()
-            why = f"prefetch={prefetch!r} is not a dimension of the output {op.output.tensor} {dims}"
-            raise SchemeError("prefetch", why)
+        prefetches(prefetch, op)  # the rule's checks, before any code
         if hoist_at is None:
             raise SchemeError(
                 "prefetch", "prefetch needs the output tile in registers (hoist=true, no external call)"

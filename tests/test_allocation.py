@@ -52,3 +52,28 @@ def test_harness_run_on_the_cluster_launcher_without_slurm_refuses_in_one_line(t
     assert out.stderr.strip().splitlines() == [
         "harness: error: " + (allocation.scheduler_problem(which=lambda name: None) or "")
     ]
+
+
+SLURM_TOOLS = ("sbatch", "srun", "salloc", "scontrol", "squeue", "sacct", "sacctmgr", "sinfo", "scancel")
+
+
+def test_the_slurm_profile_without_slurm_stops_in_one_line_before_submitting(tmp_path: Path) -> None:
+    """`snakemake --profile profiles/slurm` on a machine without SLURM's commands (the PATH rebuilt from
+    /usr/bin and /bin minus them): the Snakefile's onstart check says so, and no job starts."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for folder in (Path("/usr/bin"), Path("/bin")):
+        for tool in folder.iterdir():
+            link = bin_dir / tool.name
+            if tool.name not in SLURM_TOOLS and not link.exists():
+                link.symlink_to(tool)
+    results = tmp_path / "r"
+    out = subprocess.run(
+        [str(HARNESS.parent / "snakemake"), "--profile", "profiles/slurm", "--config", "profile=quick",
+         f"results={results}", "--", f"{results}/done/quick_matmul.txt"],  # fmt: skip
+        capture_output=True, text=True, timeout=300, cwd=Path(__file__).resolve().parent.parent,
+        env={**os.environ, "PATH": f"{HARNESS.parent}:{bin_dir}"},
+    )  # fmt: skip
+    assert out.returncode != 0
+    assert "no SLURM here: sbatch is not on PATH" in out.stdout + out.stderr
+    assert not (results / "done" / "calibrate.txt").exists()

@@ -659,7 +659,8 @@ def test_prefetching_the_next_output_tile_changes_no_result(tmp_path: Path, shar
     lanes = get_target(HOST_TARGET).lanes
     w = mm(23, 2 * lanes + 3, 19)
     cands = [
-        scheme("[R_j, R_i, R_k, U_{6,i}, U_{2,j}, V_j]", partial="masked", prefetch=d) for d in ("i", "j")
+        scheme("[R_j, R_i, R_k, U_{6,i}, U_{2,j}, V_j]", partial="masked", prefetch=d)
+        for d in ("i", "j", "C:i,A:i", "B:j")
     ]
     cands.append(scheme("[R_i, Texct_{12,i}, R_j, Tvar_{12,i}, R_k, U_{6,i}, U_{2,j}, V_j]", partial="masked",
                         prefetch="i"))  # fmt: skip
@@ -689,9 +690,30 @@ def test_prefetch_lines_follow_the_accumulators() -> None:
 
 @pytest.mark.parametrize(
     ("options", "rule"),
-    [({"prefetch": "k"}, "not a dimension of the output"), ({"prefetch": "i", "hoist": False}, "hoist")],
+    [
+        ({"prefetch": "k"}, "'k' is not a dimension of C"),
+        ({"prefetch": "A:j"}, "'j' is not a dimension of A"),
+        ({"prefetch": "X:i"}, "no tensor 'X'"),
+        ({"prefetch": "i", "hoist": False}, "hoist"),
+    ],
 )
 def test_prefetch_needs_an_output_dimension_and_the_tile_in_registers(options: dict, rule: str) -> None:
     cand = scheme("[R_j, R_i, R_k, U_{3,i}, U_{2,j}, V_j]", "avx2", **options)
     with pytest.raises(SchemeError, match=rule):
         render(cand, mm(12, 32, 8))
+
+
+def test_prefetch_of_an_input_with_a_compound_index_is_refused() -> None:
+    cand = scheme("[R_k, R_h, R_w, R_r, R_s, R_c, U_{3,w}, U_{2,k}, V_k]", "avx2", prefetch="I:h")
+    with pytest.raises(SchemeError, match="compound index"):
+        render(cand, conv(1, h=5, w=9, k=16, c=3, r=3, s=3))
+
+
+def test_an_input_prefetch_walks_the_next_tile_of_the_input() -> None:
+    """A:i below the i tile of 3 rows and the whole k of 40: rows i+3..i+5, one prefetch per 16 floats."""
+    lines = _lines("[R_j, R_i, R_k, U_{3,i}, U_{2,j}, V_j]", mm(12, 32, 40), "avx2", prefetch="A:i")
+    text = "\n".join(lines)
+    assert "for (int pf0 = 0; pf0 < 3; pf0 += 1)" in text and "for (int pf1 = 0; pf1 < 40; pf1 += 16)" in text
+    assert re.search(
+        r"__builtin_prefetch\(A \+ 40 \* \(\(i_\d+\) \+ \(3\) \+ pf0\) \+ \(\(0\) \+ pf1\), 0, 3\)", text
+    )
