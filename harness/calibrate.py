@@ -16,6 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from harness import interrupt
 from harness import machine as machine_mod
 from harness.build import build_executable, cc_version
 
@@ -98,6 +99,7 @@ def _measure(exe: Path, isa: str, iters: int, trials: int) -> dict[str, object]:
         preexec_fn=_pin_last_cpu,
         check=False,
     )
+    interrupt.raise_if_stopped(proc.returncode, f"the peak benchmark for {isa}")
     if proc.returncode != 0:
         raise RuntimeError(f"peak benchmark for {isa} failed (exit {proc.returncode}): {proc.stderr[-2000:]}")
     found = json.loads(proc.stdout)["trials"]

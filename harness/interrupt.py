@@ -22,6 +22,12 @@ WHY = {
 }
 
 
+#: signals a user or a batch scheduler sends to stop a job (scancel, a time limit, Ctrl-C, a closed
+#: terminal, and SIGUSR2: submitit's warning before a SLURM time limit, sent to the whole job step):
+#: never a child process's own fault (a kernel's driver, the peak benchmark, the compiler)
+STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR2})
+
+
 class Interrupted(Exception):
     """A compiler or a kernel's driver was stopped from outside, or the run was asked to stop: the run
     stops without recording a row for the candidate at hand. Not a RuntimeError, which the harness turns
@@ -55,4 +61,15 @@ def check() -> None:
         raise Interrupted(
             f"stopped by {name} ({WHY.get(name, 'a signal')}): every row stored before is kept; run the "
             "same command again to measure what is missing"
+        )
+
+
+def raise_if_stopped(returncode: int, what: str) -> None:
+    """Raise :class:`Interrupted` if a child process (``what``) died of a stop signal: the run stops with
+    one line, and no row blames the candidate at hand."""
+    if returncode < 0 and -returncode in STOP_SIGNALS:
+        check()  # the run was asked to stop too: its message says why
+        raise Interrupted(
+            f"{what} was stopped by {signal.Signals(-returncode).name}; nothing was recorded for it: run "
+            "the same command again to measure what is missing"
         )

@@ -21,7 +21,6 @@ import numpy as np
 
 from harness import interrupt, machine
 from harness.build import build_executable, cc_version
-from harness.interrupt import Interrupted
 
 DRIVER_SOURCE = Path(__file__).parent / "driver" / "driver.c"
 PAPI_HEADER = Path("/usr/include/papi.h")
@@ -286,19 +285,8 @@ def reported_impl(stderr: str | None) -> str:
     return found[-1] if found else ""
 
 
-#: signals a user or a batch scheduler sends to stop a job (scancel, a time limit, Ctrl-C, a closed
-#: terminal, and SIGUSR2: submitit's warning before a SLURM time limit, sent to the whole job step):
-#: never a kernel's own fault, so a driver they stop records no row
-STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR2})
-
-
 def _parse(proc: subprocess.CompletedProcess[str], out_path: Path, output_like: np.ndarray) -> RunResult:
-    if proc.returncode < 0 and -proc.returncode in STOP_SIGNALS:
-        interrupt.check()  # the run was asked to stop too: its message says why
-        raise Interrupted(
-            f"the kernel's driver was stopped by {signal.Signals(-proc.returncode).name}; nothing was "
-            "recorded for it: run the same command again to measure what is missing"
-        )
+    interrupt.raise_if_stopped(proc.returncode, "the kernel's driver")
     if proc.returncode < 0:
         try:
             name = signal.Signals(-proc.returncode).name

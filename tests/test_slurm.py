@@ -200,15 +200,18 @@ def test_a_job_given_one_cpu_pins_its_kernels_there(tmp_path: Path) -> None:
 
 def test_a_job_near_its_time_limit_stops_cleanly_and_the_rerun_measures_only_the_rest(tmp_path: Path) -> None:
     """A one-minute limit (``hydra.launcher.timeout_min=1``) on a search that needs longer. submitit asks
-    SLURM for SIGUSR2 90 s before the limit (here: at once) and the harness stops at its next compile or
-    kernel launch with one line (without its handler, submitit raised from inside a kernel's run); had it
+    SLURM for SIGUSR2 before the limit (30 s here) and the harness stops at its next compile or kernel
+    launch with one line (without its handler, submitit raised from inside a kernel's run); had it
     gone on, SIGTERM at the limit would do the same. The rows stored are whole and none is blamed on the
     signal; the same search run again with a budget five proposals longer measures just those five."""
     results = tmp_path / "limited"
     search = ["+sweeps=ttile_conv_u17h", "workload=yolo9000_18_small", "timing.max_reps=10", "baselines=[]",
               "experiment=slurm_limit", f"results_dir={results}"]  # fmt: skip
     harness = str(BIN / "harness")
-    limited = [harness, "run", "-m", "hydra/launcher=cluster", "hydra.launcher.timeout_min=1", *search]
+    # SIGUSR2 30 s before the limit (submitit's default, 90 s, would send it at once, possibly before the
+    # harness's handler is installed, while submitit's own raises)
+    limited = [harness, "run", "-m", "hydra/launcher=cluster", "hydra.launcher.timeout_min=1",
+               "hydra.launcher.signal_delay_s=30", *search]  # fmt: skip
     print("$", " ".join(limited), "search.budget=2000", flush=True)
     start = time.monotonic()
     out = subprocess.run(
