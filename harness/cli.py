@@ -378,7 +378,7 @@ SLURM_LAUNCHERS = ("cluster", "submitit_slurm")
 
 def _slurm_launcher(args: list[str]) -> bool:
     """Whether a run's overrides send its jobs to SLURM (``hydra/launcher=cluster``)."""
-    return any(a.lstrip("+~").split("=", 1) in (["hydra/launcher", n] for n in SLURM_LAUNCHERS) for a in args)
+    return any(a.lstrip("+~") in {f"hydra/launcher={n}" for n in SLURM_LAUNCHERS} for a in args)
 
 
 def main(argv: list[str] | None = None) -> None:

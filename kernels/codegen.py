@@ -198,7 +198,7 @@ class _Gen:
     ws_base: str = "(float *)workspace"  # where pack buffers start (per thread under a parallel loop)
     parallel: bool = False
     external_sites: list[str] = field(default_factory=list)  # file-scope declarations of the call sites
-    prefetch: str | None = None  # the output tile of the next step along this dimension (option prefetch)
+    prefetch: tuple[tuple[str, str], ...] = ()  # (tensor, dimension) pairs of the option prefetch
 
     def __post_init__(self) -> None:
         # how each tensor (ABI order) is addressed here: itself, or the buffer of an enclosing Pack
@@ -673,7 +673,7 @@ class _Gen:
             accs[key] = (name, off.get(vdim, 0) if vdim else 0)  # type: ignore[arg-type]
             load = self.load(out, "po", key[0], accs[key][1])
             self.line(f"{self.ctype} {name} = {load};")
-        for tensor, d in prefetches(self.prefetch, self.op):
+        for tensor, d in self.prefetch:
             if tensor == out.tensor:
                 self.prefetch_output_tile(env, d, sorted({off for off, _ in accs}))
             else:
@@ -889,21 +889,20 @@ def generate(
     fma: bool = True,
     prefetch: str | None = None,
 ) -> tuple[str, int]:
-    """C source of the kernel and the workspace bytes its packing buffers need. ``prefetch``: a dimension
-    of the output; where the output tile is loaded into registers, the tile of the next step along it is
-    prefetched (needs the accumulators hoisted)."""
+    """C source of the kernel and the workspace bytes its packing buffers need. ``prefetch``: the option's
+    items (:func:`prefetches`); where the output tile is loaded into registers, the tiles of the next step
+    along their dimensions are prefetched (needs the accumulators hoisted)."""
     op = workload.op
     hoist_at = hoist_position(an, op) if (hoist or an.scalp_position is not None) else None
     ext = external_atom(an)
     if ext is not None:
         hoist_at = None  # the external microkernel loads and stores its own tile
-    if prefetch is not None:
-        prefetches(prefetch, op)  # the rule's checks, before any code
-        if hoist_at is None:
-            raise SchemeError(
-                "prefetch", "prefetch needs the output tile in registers (hoist=true, no external call)"
-            )
-    gen = _Gen(an, op, workload, target, an.vector_dim is not None, hoist_at, fma, prefetch=prefetch)
+    pairs = tuple(prefetches(prefetch, op))  # the rule's checks, before any code
+    if pairs and hoist_at is None:
+        raise SchemeError(
+            "prefetch", "prefetch needs the output tile in registers (hoist=true, no external call)"
+        )
+    gen = _Gen(an, op, workload, target, an.vector_dim is not None, hoist_at, fma, prefetch=pairs)
     gen.depth = 1
     env: dict[str, tuple[str, int | str]] = {d: ("0", workload.size[d]) for d in op.dims}
     gen.emit(0, env, {})

@@ -543,7 +543,6 @@ def tuned(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
     figures = []
     for fp, part in data.groupby("fp") if not data.empty else []:
         ours = part[part["kind"] == "scheme"].assign(
-            prefetch=lambda d: d["label"].str.extract(r"prefetch=(\w+)", expand=False),
             paper=lambda d: (
                 (d["variant"] == "B3A2C0") & ~d["label"].str.contains("prefetch=") & (d["pack"] == "both")
             ),

@@ -264,9 +264,9 @@ def space_entry(entry: Mapping[str, Any], workload: Workload, target: str) -> li
     - ``layout``: ``panels`` (default) or ``rows`` or a list: the packed buffers' layout (resident C);
     - ``threads``: > 1 splits the outermost block loop across that many threads (:func:`parallel_scheme`,
       Fig 20; resident-C variants; shapes that do not split into whole tiles per thread are skipped).
-    - ``prefetch``: ``none`` (default), a dimension of C (``i``, ``j``) or a list: the microkernel prefetches
-      the C tile of the next step along it while it computes this one (code-generation option
-      ``prefetch``; the paper's TVM has none, the libraries do);
+    - ``prefetch``: ``none`` (default), the code-generation option ``prefetch`` (``i``: the C tile of the
+      next step along i; ``'i,A:i'``: and the unpacked A's next micro-panel) or a list of them; the
+      paper's TVM has none, the libraries do;
     - ``allow_spill``: true measures register tiles the vector registers cannot hold (an error otherwise:
       such a tile spills its accumulators, which is not the microkernel the paper's Fig 16 describes).
     """
@@ -310,18 +310,15 @@ def space_entry(entry: Mapping[str, Any], workload: Workload, target: str) -> li
             blocks = {}
             steps = register_tile(variant, int(mr), int(nr), int(kr))
             for key, d in (("mc", "i"), ("nc", "j"), ("kc", "k")):
-                if key in entry:  # "whole": the dimension, rounded up to the register tile
-                    whole = -(-workload.size[d] // steps[key[0]]) * steps[key[0]]
+                step = steps[key[0]]
+                whole = -(-workload.size[d] // step) * step  # the dimension, rounded up to the tile
+                if key in entry:
                     blocks[key] = [whole if v == "whole" else int(v) for v in _as_list(entry[key])]
                     continue
                 # a scaled block stays a whole number of register tiles and within the problem
-                step, dim = steps[key[0]], workload.size[d]
                 factors = _as_list(scale.get(key, 1))
                 blocks[key] = sorted(
-                    {
-                        min(-(-dim // step) * step, max(step, round(getattr(base, key) * f / step) * step))
-                        for f in factors
-                    }
+                    {min(whole, max(step, round(getattr(base, key) * f / step) * step)) for f in factors}
                 )
             for mc, nc, kc in product(blocks["mc"], blocks["nc"], blocks["kc"]):
                 p = Params(mc, nc, kc, int(mr), int(nr), int(kr))
