@@ -8,13 +8,13 @@
 configfile: "workflow/config.yaml"
 
 
-def merge_catalogue(config, folder="workflow/catalogue", studies="studies"):
+def merge_catalogue(config, studies="studies"):
     """Add each study's figures, papers, jobs and job order to the base catalogue: its
-    studies/<name>/catalogue.yaml, or workflow/catalogue/<study>.yaml for a study not yet in studies/."""
+    studies/<name>/catalogue.yaml."""
     import yaml
     from pathlib import Path
 
-    for path in sorted(Path(folder).glob("*.yaml")) + sorted(Path(studies).glob("*/catalogue.yaml")):
+    for path in sorted(Path(studies).glob("*/catalogue.yaml")):
         part = yaml.safe_load(path.read_text()) or {}
         for key in ("figures", "papers"):
             for name, value in (part.get(key) or {}).items():

@@ -198,6 +198,20 @@ def _contention(exp: Experiment) -> str | None:
     return None if exp.timing.contention == "none" else exp.timing.contention
 
 
+@dataclass
+class Session:
+    """One run of an experiment: what its helpers share. The experiment, this machine, its calibrated
+    peaks, the tensors every kernel is checked on (one draw per run), the drift sentinel and where progress
+    lines go."""
+
+    exp: Experiment
+    machine: machine_mod.Machine
+    peaks: dict[str, dict[str, Any]]
+    tensors: Sequence[Any]
+    watch: Sentinel
+    say: Callable[[str], None]
+
+
 def run_experiment(
     exp: Experiment, progress: Callable[[str], None] | None = None, machine: machine_mod.Machine | None = None
 ) -> list[dict[str, Any]]:
@@ -248,11 +262,11 @@ def run_experiment(
         for f in exp_flags:
             say(f"[{exp.name}] warning: {f}")
     watch = Sentinel(probe, exp.sanity.sentinel_s, exp.sanity.max_peak_drift, exp_flags, first)
-    tensors = make_tensors(exp.workload, exp.seed, exp.check)
+    s = Session(exp, m, peaks, make_tensors(exp.workload, exp.seed, exp.check), watch, say)
     if strategy is not None:
-        rows = _run_search(exp, m, peaks, tensors, watch, say, todo, strategy)
+        rows = _run_search(s, todo, strategy)
         for n in range(CONFIRM_PASSES if exp.timing.rounds > 1 else 0):
-            libs, found, leaders = _confirmed(exp, m, say)
+            libs, found, leaders = _confirmed(s)
             short = [r for r in leaders if _rounds_of(r) < exp.timing.rounds]
             if n and not short:
                 break  # the best found (and the best of each run prefix confirm_within names) is confirmed
@@ -262,12 +276,11 @@ def run_experiment(
                     f"rounds (those confirmed ran slower in theirs): confirming again "
                     f"({n + 1}/{CONFIRM_PASSES})"
                 )
-            rows = _interleaved_rounds(exp, m, tensors, say, rows, [c for c, _ in found], beside=libs,
-                                       watch=watch)  # fmt: skip
+            rows = _interleaved_rounds(s, rows, [c for c, _ in found], beside=libs)
         return rows
-    rows = _measure_batch(exp, m, peaks, tensors, watch, say, [c for c, _ in todo], time.monotonic())
+    rows = _measure_batch(s, [c for c, _ in todo], time.monotonic())
     if exp.timing.rounds > 1:
-        rows = _interleaved_rounds(exp, m, tensors, say, rows, exp.candidates, watch=watch)
+        rows = _interleaved_rounds(s, rows, exp.candidates)
     return rows
 
 
@@ -290,12 +303,7 @@ class Race:
 
 
 def _measure_batch(
-    exp: Experiment,
-    m: machine_mod.Machine,
-    peaks: dict[str, dict[str, Any]],
-    tensors: Sequence[Any],
-    watch: Sentinel,
-    say: Callable[[str], None],
+    s: Session,
     cands: list[Candidate],
     start: float,
     extra: Sequence[dict[str, Any]] | None = None,
@@ -305,6 +313,7 @@ def _measure_batch(
     """Render, build (in parallel), run, check and store ``cands``; ``extra`` adds columns per row,
     ``progress`` = (done before, total, counts) continues a longer progress count and ``race`` gives up
     early on candidates far slower than the best so far."""
+    exp, watch = s.exp, s.watch
     rendered = [render_or_failure(c, exp.workload) for c in cands]
     sources = [r for r in rendered if isinstance(r, KernelSource)]
     builds = iter(build_many(sources, exp.compiler, exp.cache_dir / "so"))
@@ -312,7 +321,7 @@ def _measure_batch(
     rows = []
     for i, (cand, src) in enumerate(zip(cands, rendered, strict=True)):
         n = done + i + 1
-        row = base_row(exp, cand, m)
+        row = base_row(exp, cand, s.machine)
         if extra is not None:
             row.update(extra[i])
         if isinstance(src, tuple):
@@ -321,7 +330,7 @@ def _measure_batch(
             row["target"] = src.target
             give_up = race.give_up_ns() if race is not None else None
             watch.tick()
-            _measure(exp, m, peaks, src, next(builds), tensors, row, give_up)
+            _measure(s, src, next(builds), row, give_up)
             row["flags"] = json.dumps(watch.flags + json.loads(row["flags"]))
             watch.mark(row)
             if race is not None:
@@ -336,7 +345,7 @@ def _measure_batch(
         )
         elapsed = time.monotonic() - start
         eta = elapsed / n * (total - n)
-        say(
+        s.say(
             f"[{exp.name}] {n}/{total} ok={counts['ok']} failed={counts['failed']} "
             f"elapsed {elapsed:.0f}s ETA {eta:.0f}s | {cand.label()}: {row['status']} {perf}"
         )
@@ -362,7 +371,7 @@ CONFIRM_PASSES = 3
 
 
 def _confirmed(
-    exp: Experiment, m: machine_mod.Machine, say: Callable[[str], None]
+    s: Session,
 ) -> tuple[list[Candidate], list[tuple[Candidate, dict[str, Any]]], list[dict[str, Any]]]:
     """What a search's timing rounds re-time: the ``search.confirm`` best candidates found (every run of
     the search so far, by median % of peak) and the ``confirm`` best of this run's first N proposals for
@@ -370,8 +379,9 @@ def _confirmed(
     baselines, so the search's winner and the libraries are compared in the same minutes rather than hours
     apart. Also the leaders: the stored row of the best found and of each prefix's best, which must end
     with every round."""
+    exp = s.exp
     assert exp.search is not None
-    mine = _stored_rows(exp, m)
+    mine = _stored_rows(exp, s.machine)
     if mine.empty:
         return [], [], []
     ok = mine[(mine["status"] == "ok") & mine["pct_peak_median"].notna()]
@@ -384,12 +394,10 @@ def _confirmed(
              for n in exp.search.confirm_within]  # fmt: skip
     leaders = [t.iloc[0].to_dict() for t in tops if len(t)]
     found = pd.concat(tops).drop_duplicates("candidate_key").sort_values("pct_peak_median", ascending=False)
-    return [c for c, _ in _candidates_of(libs, exp, say)], _candidates_of(found, exp, say), leaders
+    return [c for c, _ in _candidates_of(libs, s)], _candidates_of(found, s), leaders
 
 
-def _candidates_of(
-    rows: pd.DataFrame, exp: Experiment, say: Callable[[str], None]
-) -> list[tuple[Candidate, dict[str, Any]]]:
+def _candidates_of(rows: pd.DataFrame, s: Session) -> list[tuple[Candidate, dict[str, Any]]]:
     """The candidates of stored ``rows``, each with its row, in the rows' order."""
     out = []
     for r in rows.to_dict("records"):
@@ -398,7 +406,7 @@ def _candidates_of(
         if cand.key == r["candidate_key"]:
             out.append((cand, r))
         else:  # a row stored by an older candidate encoding: its key cannot be rebuilt from the row
-            say(f"[{exp.name}] {cand.label()}: stored under another key, not re-timed")
+            s.say(f"[{s.exp.name}] {cand.label()}: stored under another key, not re-timed")
     return out
 
 
@@ -452,21 +460,13 @@ def _make_search(exp: Experiment, m: machine_mod.Machine) -> Strategy:
     return make_strategy(problem, exp.search)
 
 
-def _run_search(
-    exp: Experiment,
-    m: machine_mod.Machine,
-    peaks: dict[str, dict[str, Any]],
-    tensors: Sequence[Any],
-    watch: Sentinel,
-    say: Callable[[str], None],
-    todo: list[tuple[Candidate, str]],
-    strategy: Strategy,
-) -> list[dict[str, Any]]:
+def _run_search(s: Session, todo: list[tuple[Candidate, str]], strategy: Strategy) -> list[dict[str, Any]]:
     """Ask the strategy for candidates within the budget; stored ones are told their stored performance
     (a resumed search continues where it stopped), new ones are measured in batches and told."""
+    exp = s.exp
     assert exp.search is not None
     cfg = exp.search
-    mine = _stored_rows(exp, m)
+    mine = _stored_rows(exp, s.machine)
     stored = _stored_perf(mine)
     search_cols = {"search_strategy": cfg.strategy, "search_budget": cfg.budget, "search_seed": cfg.seed}
     start = time.monotonic()
@@ -489,7 +489,7 @@ def _run_search(
             race.seen({**r, "median_ns": _first_round_ns(r)})
     if libs:
         extra = [{**search_cols, "search_index": None} for _ in libs]
-        rows += _measure_batch(exp, m, peaks, tensors, watch, say, libs, start, extra, (0, len(libs), counts))
+        rows += _measure_batch(s, libs, start, extra, (0, len(libs), counts))
     proposed, resumed = 0, 0
     batch = 1 if strategy.adaptive else cfg.batch
     while proposed < budget:
@@ -508,30 +508,24 @@ def _run_search(
         if new:
             done = len(rows) - len(libs)
             shown_total = max(total - resumed, done + len(new))
-            got = _measure_batch(exp, m, peaks, tensors, watch, say, new, start, extra,
-                                 (done, shown_total, counts), race)  # fmt: skip
+            got = _measure_batch(s, new, start, extra, (done, shown_total, counts), race)
             for c, r in zip(new, got, strict=True):
                 strategy.tell(c, r["pct_peak_median"] if r["status"] == "ok" else None)
             rows += got
     if resumed:
-        say(f"[{exp.name}] {resumed} candidate(s) of the {cfg.strategy} search already measured, skipped")
-    say(f"[{exp.name}] {cfg.strategy} search: {proposed} candidate(s) proposed (budget {cfg.budget})")
+        s.say(f"[{exp.name}] {resumed} candidate(s) of the {cfg.strategy} search already measured, skipped")
+    s.say(f"[{exp.name}] {cfg.strategy} search: {proposed} candidate(s) proposed (budget {cfg.budget})")
     return rows
 
 
 def _measure(
-    exp: Experiment,
-    m: machine_mod.Machine,
-    peaks: dict[str, dict[str, Any]],
-    src: KernelSource,
-    built: BuildResult,
-    tensors: Sequence[Any],
-    row: dict[str, Any],
-    give_up_ns: float | None = None,
+    s: Session, src: KernelSource, built: BuildResult, row: dict[str, Any], give_up_ns: float | None = None
 ) -> None:
+    """Fill ``row`` with the built kernel's check and timing, or why it has none."""
+    exp, m = s.exp, s.machine
     row.update(
         source_hash=src.source_hash, compiler_version=built.cc_version, cflags=built.flags,
-        peak_gflops=peak_for(peaks, src.target, m), workspace_bytes=src.workspace_bytes,
+        peak_gflops=peak_for(s.peaks, src.target, m), workspace_bytes=src.workspace_bytes,
     )  # fmt: skip
     if not built.ok or built.so_path is None:
         row["status"], row["reason"] = "compile_error", built.error
@@ -540,7 +534,7 @@ def _measure(
         row["status"] = "unsupported"
         row["reason"] = f"this CPU ({m.model_name}) cannot execute {src.target}; compiled only"
         return
-    res, failure, other_pct = _run_checked(exp, src, built, tensors, row, give_up_ns)
+    res, failure, other_pct = _run_checked(s, src, built, row, give_up_ns)
     row.update(
         counter_backend=res.counter_backend,
         counters_unavailable=json.dumps(res.counters_unavailable),
@@ -559,9 +553,9 @@ def _measure(
     row["status"] = "ok"
     row["counters"] = json.dumps(res.counters)
     if "cachegrind" in exp.counters and res.counter_backend == "none":  # no PMU read: simulate the caches
-        _simulated_counters(exp, src, built, tensors, row)
+        _simulated_counters(exp, src, built, s.tensors, row)
     row.update(store.perf_fields([float(t) for t in res.times_ns], exp.workload.flops, row["peak_gflops"]))
-    flags = row_flags(exp.sanity, row["cov"], other_pct)
+    flags = row_flags(exp.sanity, row["cov"], other_pct, row["pct_peak_median"])
     if res.raced:
         flags.append(f"raced: slower than {give_up_ns:.4g} ns after {res.n_reps} calls, timing stopped")
     row["flags"] = json.dumps(flags)
@@ -589,17 +583,13 @@ def _simulated_counters(
 
 
 def _run_checked(
-    exp: Experiment,
-    src: KernelSource,
-    built: BuildResult,
-    tensors: Sequence[Any],
-    row: dict[str, Any],
-    give_up_ns: float | None = None,
+    s: Session, src: KernelSource, built: BuildResult, row: dict[str, Any], give_up_ns: float | None = None
 ) -> tuple[RunResult, tuple[str, str] | None, float]:
     """Time the built kernel on its pinned CPUs and check its output: (run result, (status, reason) if
     it failed or computed a wrong result, % of the pinned CPUs other processes used meanwhile).
     The check columns of ``row`` are filled whenever an output came back."""
     assert built.so_path is not None
+    exp, tensors = s.exp, s.tensors
     with CoreWatch(cpus_for(exp.timing)) as watch:
         res = run_kernel(
             built.so_path, tensors, src.workspace_bytes, exp.timing, exp.counters, exp.limits, exp.cache_dir,
@@ -623,14 +613,7 @@ def _rounds_of(row: dict[str, Any]) -> int:
 
 
 def _interleaved_rounds(
-    exp: Experiment,
-    m: machine_mod.Machine,
-    tensors: Sequence[Any],
-    say: Callable[[str], None],
-    fresh: list[dict[str, Any]],
-    cands: Sequence[Candidate],
-    beside: Sequence[Candidate] = (),
-    watch: Sentinel | None = None,
+    s: Session, fresh: list[dict[str, Any]], cands: Sequence[Candidate], beside: Sequence[Candidate] = ()
 ) -> list[dict[str, Any]]:
     """Rounds 2..``timing.rounds``: every ok candidate of ``cands`` is timed (and checked) once more
     per round, the order rotated from round to round, and its row rewritten with the pooled times. Rows
@@ -639,6 +622,7 @@ def _interleaved_rounds(
     the candidates of ``beside`` (a search's baselines) are timed in every round as well, whatever they
     already have, so each confirmation of a growing search has them in the same minutes
     (:func:`harness.analysis.round_ratio` pairs rounds by time). Returns the rows rewritten or written."""
+    exp, watch, say = s.exp, s.watch, s.say
     want = exp.timing.rounds
     by_key = {r["candidate_key"]: r for r in fresh}
     extra = {c.key for c in beside}
@@ -646,7 +630,7 @@ def _interleaved_rounds(
     for cand in dict.fromkeys([*cands, *beside]):
         row = by_key.get(cand.key)
         if row is None:
-            row = store.read_row(exp.results_dir, exp.name, _row_id(exp, cand, m))
+            row = store.read_row(exp.results_dir, exp.name, _row_id(exp, cand, s.machine))
         if row is not None and row["status"] == "ok":
             units.append((cand, row, want - _rounds_of(row)))
     if not any(add > 0 for c, _, add in units if c.key not in extra):
@@ -677,18 +661,16 @@ def _interleaved_rounds(
         for unit in due[shift:] + due[:shift]:
             cand, row, src, built, _ = unit
             before = dict(row)
-            if watch is not None:
-                watch.tick()
-            _one_more_round(exp, src, built, tensors, row)
+            watch.tick()
+            _one_more_round(s, src, built, row)
             ratio, mark = _slowdown(row, before), ""
-            drifted = watch is not None and watch.drifted_down() and row["status"] == "ok"
+            drifted = watch.drifted_down() and row["status"] == "ok"
             if exp.timing.retime is not None and (ratio > exp.timing.retime or drifted):
                 slow.append((unit, before, ratio))
                 why = f"x{ratio:.2f} its earlier rounds" if ratio > exp.timing.retime else "sentinel down"
                 mark = f" ({why}: timed again at the end of the pass)"
             else:
-                if watch is not None:
-                    watch.mark(row)
+                watch.mark(row)
                 store.write_row(exp.results_dir, row)
             n += 1
             elapsed = time.monotonic() - start
@@ -696,7 +678,7 @@ def _interleaved_rounds(
                 f"[{exp.name}] round {p + 2}/{want} {n}/{total} elapsed {elapsed:.0f}s "
                 f"ETA {elapsed / n * (total - n):.0f}s | {cand.label()}: {row['status']}{mark}"
             )
-        _retime(exp, tensors, say, p + 2, slow, watch)
+        _retime(s, p + 2, slow)
     rewritten = {r["candidate_key"]: r for _, r, *_ in work}
     return [rewritten.pop(r["candidate_key"], r) for r in fresh] + list(rewritten.values())
 
@@ -714,17 +696,11 @@ def _slowdown(row: dict[str, Any], before: dict[str, Any]) -> float:
     return store.round_medians(row)[-1] / float(np.median(earlier)) if earlier else 0.0
 
 
-def _retime(
-    exp: Experiment,
-    tensors: Sequence[Any],
-    say: Callable[[str], None],
-    k: int,
-    slow: list[tuple[tuple[Any, ...], dict[str, Any], float]],
-    watch: Sentinel | None = None,
-) -> None:
+def _retime(s: Session, k: int, slow: list[tuple[tuple[Any, ...], dict[str, Any], float]]) -> None:
     """Time round ``k`` of the ``slow`` units again, after a pause, up to :data:`RETIME_TRIES` times; the last
     try is kept whatever it gives (keeping the fastest of several would bias the row fast), and the row's
     flags say what happened."""
+    exp, watch, say = s.exp, s.watch, s.say
     for attempt in range(1, RETIME_TRIES + 1):
         if not slow:
             return
@@ -739,13 +715,11 @@ def _retime(
             cand, row, src, built, _ = unit
             row.clear()
             row.update(before)
-            if watch is not None:
-                watch.tick()
-            _one_more_round(exp, src, built, tensors, row)
+            watch.tick()
+            _one_more_round(s, src, built, row)
             ratio = _slowdown(row, before)
             assert exp.timing.retime is not None
-            if watch is not None:
-                watch.mark(row)
+            watch.mark(row)
             if ratio > exp.timing.retime and attempt < RETIME_TRIES:
                 still.append((unit, before, first))
                 continue
@@ -758,13 +732,12 @@ def _retime(
         slow = still
 
 
-def _one_more_round(
-    exp: Experiment, src: KernelSource, built: BuildResult, tensors: Sequence[Any], row: dict[str, Any]
-) -> None:
+def _one_more_round(s: Session, src: KernelSource, built: BuildResult, row: dict[str, Any]) -> None:
     """Time ``row``'s kernel once more and pool the times; a failure or wrong result in any round makes
     the row fail (a kernel that is only sometimes right, e.g. a data race, is wrong)."""
+    exp = s.exp
     k = _rounds_of(row) + 1
-    res, failure, other_pct = _run_checked(exp, src, built, tensors, row)
+    res, failure, other_pct = _run_checked(s, src, built, row)
     if failure is not None:
         row.update(dict.fromkeys(store.PERF_COLUMNS))
         row["status"], row["reason"] = failure[0], f"timing round {k}: {failure[1]}"
@@ -782,4 +755,6 @@ def _one_more_round(
         old = json.loads(row["counters"] or "{}")
         row["counters"] = json.dumps({e: [*old.get(e, []), *v] for e, v in res.counters.items()})
     kept = [f for f in json.loads(row["flags"]) if not f.startswith("noisy:")]  # the CoV is recomputed
-    row["flags"] = json.dumps(list(dict.fromkeys(kept + row_flags(exp.sanity, row["cov"], other_pct))))
+    kept = [f for f in kept if not f.startswith("above peak:")]  # recomputed from the pooled median
+    pooled = row_flags(exp.sanity, row["cov"], other_pct, row["pct_peak_median"])
+    row["flags"] = json.dumps(list(dict.fromkeys(kept + pooled)))

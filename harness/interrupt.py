@@ -5,16 +5,24 @@ stored before stays (rows are written whole or not at all) and the same command 
 what is missing. SIGTERM (a kill, a cancel, a time limit) and SIGUSR2 (submitit's warning, 90 s before a
 SLURM job's time limit) only set a flag: raising from a signal handler can land inside logging's or
 pyarrow's internals, where the exception is swallowed (submitit's own USR2 handler raises, mid-kernel).
-The run stops at its next compile or kernel launch, the two places every measurement passes through.
+The run stops at its next compile or kernel launch, the two places every measurement passes through (and
+wherever a long phase calls :func:`check`). A phase that calls neither (a model ranking thousands of
+candidates) cannot hold the run hostage: :data:`GRACE_S` seconds after the signal, or at a second stop
+signal, the process ends there with the same line (rows are written whole, so none is cut).
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import sys
+import threading
 
 _requested: list[str] = []
 _owner: list[int] = []  # the process that installed the handlers
+#: seconds a requested stop waits for a safe point (a compile, a kernel launch) before ending the process
+GRACE_S = 30.0
+_timers: list[threading.Timer] = []
 #: what each stop signal means to the user
 WHY = {
     "SIGTERM": "a kill, a scheduler's cancel or time limit",
@@ -42,6 +50,37 @@ def _request(signum: int, frame: object) -> None:
         os.kill(os.getpid(), signum)
         return
     _requested.append(signal.Signals(signum).name)
+    if len(_requested) > 1:
+        _give_up("a second stop signal")
+    else:
+        timer = threading.Timer(GRACE_S, _give_up, args=(f"no safe point within {GRACE_S:g} s",))
+        timer.daemon = True
+        timer.start()
+        _timers.append(timer)
+
+
+def reset() -> None:
+    """Forget a requested stop and cancel its grace timer (tests that signal their own process)."""
+    for timer in _timers:
+        timer.cancel()
+    _timers.clear()
+    _requested.clear()
+
+
+def _give_up(why: str) -> None:
+    """End the process now (from a timer thread or the handler): the one line, then exit status 2."""
+    try:
+        print(f"harness: error: {_message()} ({why}: stopped where it was)", file=sys.stderr, flush=True)
+    finally:
+        os._exit(2)
+
+
+def _message() -> str:
+    name = _requested[0]
+    return (
+        f"stopped by {name} ({WHY.get(name, 'a signal')}): every row stored before is kept; run the same "
+        "command again to measure what is missing"
+    )
 
 
 def stop_on_signals() -> None:
@@ -57,11 +96,7 @@ def stop_on_signals() -> None:
 def check() -> None:
     """Raise :class:`Interrupted` if a stop was requested."""
     if _requested:
-        name = _requested[0]
-        raise Interrupted(
-            f"stopped by {name} ({WHY.get(name, 'a signal')}): every row stored before is kept; run the "
-            "same command again to measure what is missing"
-        )
+        raise Interrupted(_message())
 
 
 def raise_if_stopped(returncode: int, what: str) -> None:

@@ -15,7 +15,7 @@ The cost of a selection is part of the result (issue 4: "enumeration + selection
 ``harness microkernels`` times the enumeration, the benchmark (its parallel compilation apart) and the
 selection, notes the CPUs used and how many rows were reused from an earlier run (their cost is not in
 this run's time), and appends the record to the selection file's ``wall_time`` list
-(:func:`record_wall_time`, :func:`wall_times`; shown by reports/fig_microkernels.py).
+(:func:`record_wall_time`, :func:`wall_times`; shown by studies/ttile_microkernels/figures.py).
 
 ``BenchConfig.experiment``/``hoist``/``fma`` and the compiler let other studies measure the same
 microkernels the same way under other code-generation or compiler settings (harness compiler-study).

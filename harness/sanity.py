@@ -21,6 +21,9 @@ class SanityConfig:
     max_cov: float = 0.05  # flag a row whose repetitions vary more than this (std / mean)
     max_core_busy: float = 20.0  # % of the pinned core used by other processes while the kernel ran
     max_peak_drift: float = 0.10  # relative change of the probed peak against the calibrated one
+    # a median above this % of the calibrated peak is not a fast kernel but a wrong reference: wider vectors
+    # than its target (a library's JIT), more cores than pinned, or a miscounted flop count
+    max_pct_peak: float = 110.0
     probe: bool = True  # run the peak probe (about 0.1 s per experiment)
     sentinel_s: float | None = 120.0  # the probe again every this many seconds of a run (harness/sentinel.py)
 
@@ -87,10 +90,18 @@ def drift_flags(
     return flags
 
 
-def row_flags(cfg: SanityConfig, cov: float | None, other_pct: float) -> list[str]:
+def row_flags(
+    cfg: SanityConfig, cov: float | None, other_pct: float, pct_peak: float | None = None
+) -> list[str]:
+    """The flags of a measured row: noisy repetitions, a busy core, a speed above the calibrated peak."""
     flags = []
     if cov is not None and cov == cov and cov > cfg.max_cov:
         flags.append(f"noisy: CoV {cov:.3f} > {cfg.max_cov:g}")
     if other_pct > cfg.max_core_busy:
         flags.append(f"busy core: {other_pct:.0f}% used by other processes during the run")
+    if pct_peak is not None and pct_peak == pct_peak and pct_peak > cfg.max_pct_peak:
+        flags.append(
+            f"above peak: {pct_peak:.0f}% of the calibrated peak of its target (> {cfg.max_pct_peak:g}%): "
+            "wider vectors than its target, more CPUs than pinned, or a wrong flop count"
+        )
     return flags

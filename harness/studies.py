@@ -12,10 +12,6 @@ A study folder may hold, each optional:
   the core; and ``EXPANDERS``: space entries it expands into schemes (read by
   :func:`kernels.space.expanders`);
 - anything else it needs (its kernels, models, simulators), imported by those modules only.
-
-Studies not yet moved here keep their files in ``kernels/``, ``harness/`` and ``reports/``, found by the
-older conventions (``reports/fig_*.py``, ``reports/claims/*.yaml``, ``workflow/catalogue/*.yaml``,
-``harness/commands/*.py``); docs/architecture.md says which is where.
 """
 
 from __future__ import annotations

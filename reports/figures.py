@@ -1,12 +1,11 @@
-"""Paper figures: for each reproduced figure, our plot, the statistic compared with the paper's claim,
-and an automatic verdict. Claims (text and numbers) are data in ``reports/claims/*.yaml``.
+"""Paper figures, the framework: for each reproduced figure, our plot, the statistic compared with the
+paper's claim, and an automatic verdict.
 
-Figures are plug-ins: this module holds the seed-000 foundation figures; every module ``reports/fig_*.py``
-adds its own by defining ``FIGURES`` (a list of builders ``(summary, out_dir) -> list[PaperFigure]``)
-and its claims in ``reports/claims/<topic>.yaml``.
-
-A figure is built per machine (reports never mix machines in one ratio) from the summary of the result
-store (``harness.analysis.summarize``); a figure whose experiment has no rows is simply absent.
+Figures are plug-ins of the studies: each ``studies/<name>/figures.py`` defines ``FIGURES``, a list of
+builders ``(ctx: FigureContext) -> list[PaperFigure]``, and its claims (text and numbers, data) in
+``studies/<name>/claims.yaml`` (docs/report.md shows a builder). A figure is built per machine (reports
+never mix machines in one ratio: :meth:`FigureContext.per_machine`) from the summary of the result store
+(``harness.analysis.summarize``); a figure whose experiment has no rows is simply absent.
 """
 
 from __future__ import annotations
@@ -14,11 +13,8 @@ from __future__ import annotations
 import gc
 import importlib
 import multiprocessing
-import pkgutil
-import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,7 +24,6 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
-import seaborn as sns  # noqa: E402
 import yaml  # noqa: E402
 
 from harness import studies  # noqa: E402
@@ -36,10 +31,12 @@ from harness import studies  # noqa: E402
 
 def _load_claims() -> dict[str, Any]:
     claims: dict[str, Any] = {}
-    for path in [*sorted((Path(__file__).parent / "claims").glob("*.yaml")), *studies.files("claims.yaml")]:
+    for path in studies.files("claims.yaml"):
         part = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
         if clash := set(part) & set(claims):
-            raise ValueError(f"{path.name}: claims {sorted(clash)} are already defined in another file")
+            raise ValueError(
+                f"{path.parent.name}/{path.name}: claims {sorted(clash)} are already defined in another file"
+            )
         claims.update(part)
     return claims
 
@@ -143,226 +140,71 @@ def save_figure(fig: plt.Figure, data: pd.DataFrame, out_dir: Path, stem: str) -
     return f"figures/{stem}.png", f"figures/{stem}.csv"
 
 
-def hoisting(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
-    """§4.3: every scheme measured with hoisting on and off; the ratio of their median % of peak."""
-    meta = CLAIMS["ttile_s4_3_hoisting"]
-    ok = ok_rows(summary, meta["experiment"])
-    ok = ok[(ok["candidate_kind"] == "scheme") & (ok["timing_mode"] == "hot")]
-    figures = []
-    for fp, part in ok.groupby("machine_fingerprint"):
-        part = part.assign(
-            scheme=part["label"].str.replace(r" \(.*\)$", "", regex=True),
-            hoisted=~part["label"].str.contains("hoist=False", regex=False),
-        )
-        pairs = part.pivot_table(index="scheme", columns="hoisted", values="pct_peak_median", aggfunc="first")
-        if True not in pairs or False not in pairs:
-            continue
-        pairs = pairs.dropna().rename(columns={True: "hoisted", False: "not hoisted"}).reset_index()
-        if pairs.empty:
-            continue
-        pairs["ratio"] = pairs["hoisted"] / pairs["not hoisted"]
-        # CIs of both medians, and the ratio's interval from their extreme quotients (conservative)
-        for col, is_hoisted in (("hoisted", True), ("not hoisted", False)):
-            side = part[part["hoisted"] == is_hoisted].drop_duplicates("scheme").set_index("scheme")
-            for b in ("low", "high"):
-                pairs[f"{col} ci {b}"] = pairs["scheme"].map(side[f"pct_peak_median_ci_{b}"]).astype(float)
-        pairs["ratio ci low"] = pairs["hoisted ci low"] / pairs["not hoisted ci high"]
-        pairs["ratio ci high"] = pairs["hoisted ci high"] / pairs["not hoisted ci low"]
-        best = pairs.loc[pairs["hoisted"].idxmax()]
-        long = pairs.melt(id_vars="scheme", value_vars=["not hoisted", "hoisted"], value_name="pct")
-        fig, ax = plt.subplots(figsize=(9, 0.8 + 0.5 * len(pairs)))
-        sns.barplot(data=long, y="scheme", x="pct", hue="hoisted", ax=ax, palette=["#bbbbbb", "#2b6cb0"])
-        for value, color in (
-            (meta["paper_numbers"]["with"], "#2b6cb0"),
-            (meta["paper_numbers"]["without"], "#888"),
-        ):
-            ax.axvline(value, ls="--", c=color, lw=1)
-        ax.set(
-            xlabel="% of calibrated peak (median); dashed: the paper's 45% and 90%", ylabel="", xlim=(0, 105)
-        )
-        ax.legend(title="accumulators", loc="lower right")
-        image, csv = save_figure(fig, pairs, out_dir, f"ttile_s4_3_hoisting-{fp}")
-        paper_ratio = meta["paper_numbers"]["with"] / meta["paper_numbers"]["without"]
-        table = pairs[
-            ["scheme", "not hoisted", "not hoisted ci low", "not hoisted ci high"]
-            + ["hoisted", "hoisted ci low", "hoisted ci high", "ratio", "ratio ci low", "ratio ci high"]
-        ]
-        reproduced = best["hoisted"] >= 80.0 and best["ratio"] >= 1.5
-        figures.append(
-            paper_figure(
-                "ttile_s4_3_hoisting",
-                fp,
-                part,
-                measured=(
-                    f"best scheme {best['scheme']}: {best['hoisted']:.1f}% of peak hoisted vs "
-                    f"{best['not hoisted']:.1f}% not hoisted "
-                    f"(x{best['ratio']:.2f}; the paper's x{paper_ratio:.1f})"
-                ),
-                verdict="reproduced" if reproduced else "differs",
-                statistic="median % of calibrated peak; reproduced if the best hoisted scheme reaches 80% "
-                "and at least 1.5x its unhoisted twin",
-                image=image,
-                csv=csv,
-                table=table.round(2).to_dict("records"),
-                ours=float(best["ratio"]),
-                ours_ci=(float(best["ratio ci low"]), float(best["ratio ci high"])),
-                paper_value=paper_ratio,
-                paper_text=f"{meta['paper_numbers']['without']:g}% -> {meta['paper_numbers']['with']:g}% of "
-                f"peak (x{paper_ratio:.1f})",
-                unit="x (hoisted / not hoisted, best scheme)",
-            )
-        )
-    return figures
+@dataclass(frozen=True)
+class FigureContext:
+    """What a builder builds from: the store's summary (one row per candidate, workload, machine...), the
+    directory its PNGs and CSVs go to, and the results directory the report reads (for builders that read
+    more than the summary: cachegrind rows, simulations, selection files; by default the one the figure
+    directory sits in, ``<results>/report/figures``)."""
+
+    summary: pd.DataFrame
+    out_dir: Path
+    results_dir: Path = None  # type: ignore[assignment]  # set in __post_init__
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "out_dir", Path(self.out_dir))
+        given = self.results_dir
+        results = Path(given).resolve() if given is not None else self.out_dir.resolve().parent.parent
+        object.__setattr__(self, "results_dir", results)
+
+    def ok(self, experiment: str) -> pd.DataFrame:
+        """The experiment's rows whose status is ok."""
+        return ok_rows(self.summary, experiment)
+
+    def save(self, fig: plt.Figure, data: pd.DataFrame, stem: str) -> tuple[str, str]:
+        """Write the figure's PNG and its data's CSV; their paths relative to the report."""
+        return save_figure(fig, data, self.out_dir, stem)
+
+    @staticmethod
+    def machines(
+        rows: pd.DataFrame, by: tuple[str, ...] = (), machine: str = "machine_fingerprint"
+    ) -> Iterator[tuple[Any, pd.DataFrame]]:
+        """``rows`` machine by machine (and by the columns ``by`` first, when given): (fingerprint, part),
+        or ((*values of by, fingerprint), part), in sorted order. ``machine``: the column holding the
+        fingerprint, where a study's table names it otherwise."""
+        if rows.empty:
+            return
+        yield from rows.groupby([*by, machine] if by else machine)
+
+    def per_machine(
+        self,
+        rows: pd.DataFrame,
+        one: Callable[[Any, pd.DataFrame], PaperFigure | list[PaperFigure] | None],
+        by: tuple[str, ...] = (),
+        machine: str = "machine_fingerprint",
+    ) -> list[PaperFigure]:
+        """The figures of ``one(key, part)`` for each machine of ``rows`` (keys and ``machine`` as
+        :meth:`machines`): a figure, a list of them, or None where that machine's rows show nothing."""
+        figures: list[PaperFigure] = []
+        for key, part in self.machines(rows, by, machine):
+            built = one(key, part)
+            if isinstance(built, PaperFigure):
+                figures.append(built)
+            elif built:
+                figures += built
+        return figures
 
 
-SERIES = ("combination of microkernels", "single microkernel + partial tile", "single microkernel + padding")
-
-
-def fig5_6_series(label: str, kind: str) -> str:
-    """The Fig 5.6 series a candidate belongs to (libraries are their own series)."""
-    if kind == "baseline":
-        return label
-    if "partial=masked" in label:
-        return SERIES[1]
-    if "partial=padded" in label:
-        return SERIES[2]
-    return SERIES[0]
-
-
-def small_matmul(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
-    """Fig 5.6: the best candidate of each series per I; mean and spread over I per series."""
-    meta = CLAIMS["ttile_fig5_6"]
-    ok = ok_rows(summary, meta["experiment"])
-    figures = []
-    for fp, part in ok.groupby("machine_fingerprint"):
-        series = [fig5_6_series(lbl, k) for lbl, k in zip(part["label"], part["candidate_kind"], strict=True)]
-        sizes = part["workload"].str.extract(r"_i(\d+)$", expand=False).astype(float)
-        part = part.assign(series=series, I=sizes).dropna(subset=["I"])
-        if part.empty:
-            continue
-        best = part.loc[part.groupby(["series", "I"])["pct_peak_median"].idxmax()]
-        best = best[["series", "I", "label", "pct_peak_median"]]
-        stats = best.groupby("series")["pct_peak_median"].agg(["mean", "std", "min", "count"]).reset_index()
-        cis = {k: mean_ci(v) for k, v in best.groupby("series")["pct_peak_median"]}
-        stats["mean ci low"] = [cis[k][0] for k in stats["series"]]
-        stats["mean ci high"] = [cis[k][1] for k in stats["series"]]
-        stats = stats.sort_values("mean", ascending=False)
-        order = [s for s in SERIES if s in set(best["series"])] + sorted(set(best["series"]) - set(SERIES))
-        fig, ax = plt.subplots(figsize=(9, 4.5))
-        sns.lineplot(data=best, x="I", y="pct_peak_median", hue="series", hue_order=order, marker="o", ax=ax)
-        ax.set(xlabel="I (J = K = 128)", ylabel="% of calibrated peak (median)", ylim=(0, 105))
-        ax.legend(fontsize=8, loc="lower right")
-        image, csv = save_figure(fig, best, out_dir, f"ttile_fig5_6-{fp}")
-        comb = stats[stats["series"] == SERIES[0]]
-        libs = stats[~stats["series"].isin(SERIES)]
-        verdict, measured = "differs", "no combination series measured"
-        ours: dict[str, Any] = {}
-        if not comb.empty:
-            c = comb.iloc[0]
-            ours = dict(ours=float(c["mean"]), ours_ci=(float(c["mean ci low"]), float(c["mean ci high"])))
-            measured = (
-                f"combination: mean {c['mean']:.1f}% (sd {c['std']:.1f}) over {int(c['count'])} sizes of I"
-            )
-            if not libs.empty:
-                top = libs.iloc[0]
-                measured += f"; best library {top['series']}: mean {top['mean']:.1f}% (sd {top['std']:.1f})"
-                above = c["mean"] >= top["mean"]
-                steadiest = c["std"] <= stats["std"].min() + 1e-9
-                verdict = "reproduced" if above and steadiest else "partial" if above else "differs"
-        figures.append(
-            paper_figure(
-                "ttile_fig5_6",
-                fp,
-                part,
-                measured=measured,
-                verdict=verdict,
-                statistic="per I the best candidate of each series (median % of peak); over I the mean "
-                "(95% t-interval) and standard deviation; reproduced if the combination's mean is at least "
-                "the best library's and its spread the smallest, partial if only the mean holds",
-                image=image,
-                csv=csv,
-                table=stats.round(2).to_dict("records"),
-                unit="% of peak (combination, mean over I)",
-                paper_text="no number: combination >= libraries on average, least variation over I",
-                **ours,
-            )
-        )
-    return figures
-
-
-def _unrolls(label: str) -> dict[str, int]:
-    return {d: int(n) for n, d in re.findall(r"U_\{(\d+),(\w+)\}", label)}
-
-
-def microkernel_slice(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
-    """Fig 5.2: isolated conv microkernels of the slice uc = uh = ur = us = 1, heatmap over (uk, uw)."""
-    from harness.microbench import plot_fig5_2
-
-    meta = CLAIMS["ttile_fig5_2"]
-    threshold = meta["paper_numbers"]["threshold"]
-    rows = summary[summary["experiment"].str.startswith(meta["experiment_prefix"])]
-    figures = []
-    for (exp, fp), part in rows.groupby(["experiment", "machine_fingerprint"]):
-        u = pd.DataFrame([_unrolls(lbl) for lbl in part["label"]], index=part.index)
-        sl = part.join(u.reindex(columns=["k", "w", "c", "h", "r", "s"]).fillna(1).astype(int))
-        sl = sl[(sl[["c", "h", "r", "s"]] == 1).all(axis=1)]
-        if sl.empty:
-            continue
-        ok = sl["status"] == "ok"
-        data = pd.DataFrame({
-            "u_k": sl["k"], "u_w": sl["w"], "pct_peak_median": sl["pct_peak_median"].where(ok),
-            "ci_low": sl["pct_peak_median_ci_low"].where(ok),
-            "ci_high": sl["pct_peak_median_ci_high"].where(ok),
-            "selected": ok & (sl["pct_peak_median"] >= threshold), "status": sl["status"],
-        })  # fmt: skip
-        # the count's interval: kernels surely above the threshold (CI low) to possibly above (CI high)
-        n_sure = int((data["ci_low"].fillna(data["pct_peak_median"]) >= threshold).sum())
-        n_maybe = int((data["ci_high"].fillna(data["pct_peak_median"]) >= threshold).sum())
-        stem = f"ttile_fig5_2-{exp}-{fp}"
-        plot_fig5_2(data, out_dir / f"{stem}.png", title=f"{exp} on {part['cpu_model'].iloc[0]}")
-        n_sel, best = int(data["selected"].sum()), data.loc[data["pct_peak_median"].idxmax()]
-        verdict = "reproduced" if n_sel >= 10 else "partial" if n_sel else "differs"
-        figures.append(
-            paper_figure(
-                "ttile_fig5_2",
-                fp,
-                part,
-                measured=(
-                    f"{exp}: {len(data)} microkernels of the slice measured, {n_sel} at or above "
-                    f"{threshold:g}% (selected); best uk={int(best['u_k'])}, uw={int(best['u_w'])} at "
-                    f"{best['pct_peak_median']:.1f}%"
-                ),
-                verdict=verdict,
-                statistic=f"median % of calibrated peak per microkernel; reproduced if at least ten reach "
-                f"{threshold:g}% in the slice, partial if some do; the count's interval counts the kernels "
-                "whose 95% CI lies above the threshold, and those whose CI reaches it",
-                image=f"figures/{stem}.png",
-                csv=f"figures/{stem}.csv",
-                table=data[data["selected"]].round(1).to_dict("records"),
-                ours=float(n_sel),
-                ours_ci=(float(n_sure), float(n_maybe)),
-                unit=f"microkernels at or above {threshold:g}% of peak",
-                paper_text=f"'counted in tens' above {threshold:g}% of peak",
-                experiments=[str(exp)],
-            )
-        )
-    return figures
-
-
-Builder = Callable[[pd.DataFrame, Path], list[PaperFigure]]
-FIGURES: list[Builder] = [hoisting, microkernel_slice, small_matmul]
+Builder = Callable[[FigureContext], list[PaperFigure]]
 
 
 def all_builders(errors: list[tuple[str, str]] | None = None) -> list[Builder]:
-    """This module's figures, then those of every ``reports/fig_*.py`` plug-in (sorted by module name), then
-    every study's ``studies/<name>/figures.py`` (:mod:`harness.studies`).
+    """Every study's builders (``studies/<name>/figures.py``, :mod:`harness.studies`), in study order.
 
     With ``errors`` (a list), a plug-in that cannot be imported is recorded there and skipped.
     """
-    builders = list(FIGURES)
-    package = Path(__file__).parent
-    names = [f"reports.{m.name}" for m in sorted(pkgutil.iter_modules([str(package)]), key=lambda m: m.name)]
-    for name in [n for n in names if n.startswith("reports.fig_")] + studies.modules("figures"):
+    builders: list[Builder] = []
+    for name in studies.modules("figures"):
         try:
             builders += importlib.import_module(name).FIGURES
         except Exception as exc:
@@ -370,17 +212,6 @@ def all_builders(errors: list[tuple[str, str]] | None = None) -> list[Builder]:
                 raise
             errors.append((name, f"{type(exc).__name__}: {exc}"))
     return builders
-
-
-_RESULTS_DIR: ContextVar[Path | None] = ContextVar("results_dir", default=None)
-
-
-def results_dir_of(out_dir: Path) -> Path:
-    """The results directory whose report is being built (for builders that read more than the summary:
-    cachegrind rows, simulations, selection files): the one given to :func:`paper_figures`, else the
-    default layout ``<results>/report/figures``."""
-    given = _RESULTS_DIR.get()
-    return given if given is not None else Path(out_dir).resolve().parent.parent
 
 
 def paper_figures(
@@ -394,16 +225,15 @@ def paper_figures(
 
     With ``errors`` (a list), a builder that raises is recorded there as (builder, error) and the others
     still run, so one broken plug-in cannot hide every other figure of the report; without it, it raises.
-    ``results_dir`` is what :func:`results_dir_of` gives the builders. ``workers`` > 1 runs the builders
+    ``results_dir`` is the builders' :attr:`FigureContext.results_dir`. ``workers`` > 1 runs the builders
     in that many forked processes (each draws its own PNGs: the report of every archive spends a minute
     drawing 100 figures), and returns the figures in the builders' order all the same.
     """
     if summary.empty:
         return []
     builders = all_builders() if errors is None else all_builders(errors)
-    results = Path(results_dir).resolve() if results_dir is not None else None
     global _JOB
-    _JOB = (builders, summary, Path(out_dir), results)
+    _JOB = (builders, FigureContext(summary, Path(out_dir), results_dir))
     try:
         if workers > 1 and len(builders) > 1 and "fork" in multiprocessing.get_all_start_methods():
             gc.freeze()  # a worker's collector would touch, and so copy, every page of the parent's objects
@@ -427,24 +257,21 @@ def paper_figures(
     return figures
 
 
-#: what the builders build from: (builders, summary, out_dir, results_dir), set before a fork
-_JOB: tuple[list[Builder], pd.DataFrame, Path, Path | None] | None = None
+#: what the builders build from, set before a fork (a forked worker inherits it instead of a pickled copy)
+_JOB: tuple[list[Builder], FigureContext] | None = None
 
 
 def _build_one(i: int, reraise: bool = False) -> tuple[str, list[PaperFigure], str | None]:
     """Run builder ``i`` of :data:`_JOB`: (its name, its figures, None), or (its name, [], the error)
     unless ``reraise``."""
     assert _JOB is not None
-    builders, summary, out_dir, results = _JOB
+    builders, ctx = _JOB
     build = builders[i]
     name = f"{build.__module__}.{build.__qualname__}"
-    token = _RESULTS_DIR.set(results)
     try:
-        return name, build(summary, out_dir), None
+        return name, build(ctx), None
     except Exception as exc:
         plt.close("all")
         if reraise:
             raise
         return name, [], f"{type(exc).__name__}: {exc}"
-    finally:
-        _RESULTS_DIR.reset(token)

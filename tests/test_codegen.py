@@ -547,7 +547,7 @@ def test_packt_of_a_strided_conv_input_is_rejected() -> None:
     assert ei.value.rule == "packt-dims"
 
 
-# -- regressions found by the scheme fuzzer (harness/fuzz.py) --------------------------------------------
+# -- regressions found by the scheme fuzzer (harness/verify/fuzz.py) -----------------------------------------
 def test_fuzz_regressions(tmp_path: Path, shared_cache: Path) -> None:
     cases = [
         # a masked vector past the extent aliases another operand's address: the mask must be part of the key

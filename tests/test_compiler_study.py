@@ -1,5 +1,5 @@
 """The §4.3 compiler study (harness compiler-study, studies/ttile_compiler/figures.py), the
-selection's wall time and the microkernel report sections (reports/fig_microkernels.py).
+selection's wall time and the microkernel report sections (studies/ttile_microkernels/figures.py).
 
 Real builds and runs use one tiny microkernel and one timed repetition; the figure verdicts are tested on
 synthetic summaries whose numbers are chosen so each statement holds or fails on purpose.
@@ -21,9 +21,10 @@ from harness.build import CompilerConfig
 from harness.machine import detect
 from harness.sanity import SanityConfig
 from kernels import microkernels as mk
-from reports import fig_microkernels
+from reports.figures import FigureContext
 from studies.ttile_compiler import figures as fig_compiler
 from studies.ttile_compiler.commands import compiler_study as cs
+from studies.ttile_microkernels import figures as fig_microkernels
 from tests.conftest import FAST_TIMING, HOST_TARGET
 
 INSTALLED = [cc for cc in cs.COMPILERS if shutil.which(cc)]
@@ -83,7 +84,7 @@ def test_study_configurations_produce_distinct_builds(tmp_path: Path, shared_cac
 
     # the figure builder on the real (one-repetition) rows: one figure, a verdict, an image and a table
     summary = analysis.summarize(rows)
-    figs = fig_compiler.compilers(summary, tmp_path / "report" / "figures")
+    figs = fig_compiler.compilers(FigureContext(summary, tmp_path / "report" / "figures"))
     assert len(figs) == 1
     f = figs[0]
     assert f.verdict in ("reproduced", "partial", "differs")
@@ -176,7 +177,7 @@ def held(pct_of: object) -> list[bool]:
 
 
 def test_compiler_figure_verdicts_follow_the_numbers(tmp_path: Path) -> None:
-    figs = fig_compiler.compilers(compiler_summary(thesis_like), tmp_path)
+    figs = fig_compiler.compilers(FigureContext(compiler_summary(thesis_like), tmp_path))
     assert [f.verdict for f in figs] == ["reproduced"]
     assert "x2.00" in figs[0].measured and (tmp_path / Path(figs[0].image).name).is_file()
     assert len(figs[0].table) == 16
@@ -211,9 +212,14 @@ def test_compiler_figure_verdicts_follow_the_numbers(tmp_path: Path) -> None:
 def test_compiler_figure_is_per_machine_and_ignores_failed_rows(tmp_path: Path) -> None:
     both = pd.concat([compiler_summary(thesis_like, "fp-a"), compiler_summary(thesis_like, "fp-b")])
     both.loc[both.index[:3], "status"] = "wrong"
-    figs = fig_compiler.compilers(both, tmp_path)
+    figs = fig_compiler.compilers(FigureContext(both, tmp_path))
     assert sorted(f.machine for f in figs) == ["fp-a", "fp-b"]
-    assert fig_compiler.compilers(compiler_summary(thesis_like).assign(experiment="other"), tmp_path) == []
+    assert (
+        fig_compiler.compilers(
+            FigureContext(compiler_summary(thesis_like).assign(experiment="other"), tmp_path)
+        )
+        == []
+    )
 
 
 def test_best_microkernel_section_states_target_and_count(tmp_path: Path) -> None:
@@ -224,12 +230,16 @@ def test_best_microkernel_section_states_target_and_count(tmp_path: Path) -> Non
             for i, p in enumerate(pcts)
         ])  # fmt: skip
 
-    figs = fig_microkernels.best_microkernel(rows([95.0, 88.0, 86.0, 60.0, None]), tmp_path)
+    figs = fig_microkernels.best_microkernel(FigureContext(rows([95.0, 88.0, 86.0, 60.0, None]), tmp_path))
     assert [f.verdict for f in figs] == ["reproduced"]
     assert "95.0%" in figs[0].measured and "3 of 4 measured microkernels pass 85%" in figs[0].measured
-    assert [f.verdict for f in fig_microkernels.best_microkernel(rows([87.0, 70.0]), tmp_path)] == ["partial"]
-    assert [f.verdict for f in fig_microkernels.best_microkernel(rows([70.0]), tmp_path)] == ["differs"]
-    assert fig_microkernels.best_microkernel(rows([None]), tmp_path) == []
+
+    def verdicts(pcts: list[float | None]) -> list[str]:
+        return [f.verdict for f in fig_microkernels.best_microkernel(FigureContext(rows(pcts), tmp_path))]
+
+    assert verdicts([87.0, 70.0]) == ["partial"]
+    assert verdicts([70.0]) == ["differs"]
+    assert verdicts([None]) == []
 
 
 # -- the selection's wall time -----------------------------------------------------------------------------
@@ -277,12 +287,13 @@ def test_wall_time_is_stored_and_reported(tmp_path: Path, monkeypatch: pytest.Mo
                                      label="[a]", candidate_key="a", pct_peak_median=90.0,
                                      machine_fingerprint=m.fingerprint)])  # fmt: skip
     fig_dir = tmp_path / "report" / "figures"
-    figs = fig_microkernels.selection_cost(rows, fig_dir)
+    figs = fig_microkernels.selection_cost(FigureContext(rows, fig_dir))
     assert len(figs) == 1
     f = figs[0]
     assert "3 microkernels" in f.measured and "3059" in f.measured and len(f.table) == 2
     assert f.verdict in ("reproduced", "partial", "differs") and (fig_dir / Path(f.image).name).is_file()
-    assert fig_microkernels.selection_cost(rows.assign(machine_fingerprint="other"), fig_dir) == []
+    other = rows.assign(machine_fingerprint="other")
+    assert fig_microkernels.selection_cost(FigureContext(other, fig_dir)) == []
 
 
 def test_study_takes_the_stored_selection_best_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

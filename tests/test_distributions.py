@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from harness import distributions as dist
+from reports.figures import FigureContext
 
 N = 10_000
 GRID = 100.0 * np.arange(1, N + 1) / N  # the uniform distribution on (0, 100], as a sample
@@ -111,14 +112,14 @@ def _summary(
 def test_fig6_3_verdict_follows_the_comparison_with_onednn(tmp_path) -> None:  # noqa: ANN001
     import pandas as pd
 
-    from reports import fig_conv_dse as fig
+    from studies.ttile_conv import figures as fig
 
     def figure(ours: float, onednn: float, draws: int = 100, short: int | None = None):  # noqa: ANN202
         parts = []
         for layer, n in (("yolo9000_12", draws), ("resnet18_02", draws), ("resnet18_03", short or draws)):
             parts.append(_summary(fig.RANDOM, layer, [ours - 10] * (n - 1) + [ours]))
             parts.append(_summary(fig.RANDOM, layer, [onednn], kind="baseline", texts=["onednn"]))
-        (f,) = fig.best_vs_onednn(pd.concat(parts, ignore_index=True), tmp_path)
+        (f,) = fig.best_vs_onednn(FigureContext(pd.concat(parts, ignore_index=True), tmp_path))
         return f
 
     assert figure(80.0, 60.0).verdict == "reproduced"
@@ -136,7 +137,7 @@ def test_fig6_3_verdict_follows_the_comparison_with_onednn(tmp_path) -> None:  #
     parts = [_summary(fig.RANDOM, "resnet18_02", [50.0, 70.0, 20.0, 30.0]),
              _summary(fig.RANDOM, "resnet18_02", [60.0], kind="baseline", texts=["onednn"])]  # fmt: skip
     parts[0]["flags"] = ["", "", "raced: slower than 3e+06 ns after 2 calls, timing stopped", ""]
-    (f,) = fig.best_vs_onednn(pd.concat(parts, ignore_index=True), tmp_path)
+    (f,) = fig.best_vs_onednn(FigureContext(pd.concat(parts, ignore_index=True), tmp_path))
     assert "25% of the draws raced" in f.measured
     assert pd.read_csv(tmp_path / Path(f.csv).name)["raced"].tolist() == [1]  # out_dir = tmp_path
 
@@ -147,7 +148,7 @@ def test_fig6_3_judges_against_todays_onednn_with_the_old_one_and_torch_beside(t
     before), against the 2.6 rows, named as such."""
     import pandas as pd
 
-    from reports import fig_conv_dse as fig
+    from studies.ttile_conv import figures as fig
 
     def lib(layer: str, text: str, perf: float, version: str) -> pd.DataFrame:
         one = _summary(fig.RANDOM, layer, [perf], kind="baseline", texts=[text])
@@ -168,13 +169,13 @@ def test_fig6_3_judges_against_todays_onednn_with_the_old_one_and_torch_beside(t
                 out += [lib(layer, "onednn", 85.0, "3.2.0"), lib(layer, "onednn-blocked", 90.0, "3.2.0")]
         return out
 
-    (f,) = fig.best_vs_onednn(pd.concat(parts(today=True), ignore_index=True), tmp_path)
+    (f,) = fig.best_vs_onednn(FigureContext(pd.concat(parts(today=True), ignore_index=True), tmp_path))
     table = {r["layer"]: r for r in f.table if "layer" in r}
     assert table["resnet18_02"]["onednn"] == 90.0 and table["resnet18_02"]["onednn-2.6"] == 65.0
     assert table["resnet18_02"]["torch"] == 75.0
     assert f.verdict == "differs" and "beats oneDNN 3.2.0 on 0/2 layers" in f.measured
     assert "beats onednn-2.6 2.6.3 on 2/2" in f.measured and "beats torch 2.13.0+cpu on 2/2" in f.measured
-    (f,) = fig.best_vs_onednn(pd.concat(parts(today=False), ignore_index=True), tmp_path)
+    (f,) = fig.best_vs_onednn(FigureContext(pd.concat(parts(today=False), ignore_index=True), tmp_path))
     assert f.verdict == "reproduced" and "beats oneDNN 2.6.3 on 2/2 layers" in f.measured
     assert all(pd.isna(r["onednn"]) for r in f.table if "layer" in r)
 
@@ -184,7 +185,7 @@ def test_fig6_3_shows_tvm_where_a_tuned_module_was_measured(tmp_path) -> None:  
     per layer with its trials; the verdict still compares with oneDNN."""
     import pandas as pd
 
-    from reports import fig_conv_dse as fig
+    from studies.ttile_conv import figures as fig
 
     parts = []
     for layer in ("yolo9000_12", "resnet18_02"):
@@ -194,7 +195,7 @@ def test_fig6_3_shows_tvm_where_a_tuned_module_was_measured(tmp_path) -> None:  
             "tvm (module=/r/tvm/yolo9000_12-t200-s0-xgb-evolutionary.so)"]  # fmt: skip
     tvm = _summary(fig.TVM, "yolo9000_12", [75.0, 85.0], kind="baseline", texts=mods)
     tvm["candidate_text"] = "tvm"
-    (f,) = fig.best_vs_onednn(pd.concat([*parts, tvm], ignore_index=True), tmp_path)
+    (f,) = fig.best_vs_onednn(FigureContext(pd.concat([*parts, tvm], ignore_index=True), tmp_path))
     table = {r["layer"]: r for r in f.table if "layer" in r}
     assert table["yolo9000_12"]["tvm"] == 85.0 and table["yolo9000_12"]["tvm trials"] == 200
     assert pd.isna(table["resnet18_02"]["tvm"])
@@ -207,7 +208,7 @@ def test_fig6_3_pairs_the_confirmation_rounds_with_onednn(tmp_path) -> None:  # 
     in every round, or rounds that disagree, counted per layer (a round's times in ns: lower is faster)."""
     import pandas as pd
 
-    from reports import fig_conv_dse as fig
+    from studies.ttile_conv import figures as fig
 
     rounds = {  # layer: (the best draw's round medians, oneDNN's)
         "yolo9000_12": ([90.0, 95.0, 92.0], [100.0, 100.0, 100.0]),  # ahead in every round
@@ -221,7 +222,7 @@ def test_fig6_3_pairs_the_confirmation_rounds_with_onednn(tmp_path) -> None:  # 
         one = _summary(fig.RANDOM, layer, [70.0], kind="baseline", texts=["onednn"])
         one["round_medians_ns"] = [lib]
         parts += [draws, one]
-    (f,) = fig.best_vs_onednn(pd.concat(parts, ignore_index=True), tmp_path)
+    (f,) = fig.best_vs_onednn(FigureContext(pd.concat(parts, ignore_index=True), tmp_path))
     assert (
         "in 3-3 interleaved rounds on 3 layers: ahead in every round on 1, behind in every round on 1, "
         "rounds disagree on 1" in f.measured
@@ -238,7 +239,7 @@ def test_fig6_3_pairs_the_best_of_1000_with_the_onednn_rounds_of_its_own_minutes
     oneDNN's first rounds."""
     import pandas as pd
 
-    from reports import fig_conv_dse as fig
+    from studies.ttile_conv import figures as fig
 
     def at(*minutes: int) -> list[str]:
         return [f"2026-11-24T{8 + m // 60:02d}:{m % 60:02d}:00+00:00" for m in minutes]
@@ -253,7 +254,7 @@ def test_fig6_3_pairs_the_best_of_1000_with_the_onednn_rounds_of_its_own_minutes
     one = _summary(fig.RANDOM, "yolo9000_12", [70.0], kind="baseline", texts=["onednn"])
     one["round_medians_ns"] = [[100.0, 100.0, 100.0, 200.0, 200.0]]
     one["round_times"] = [at(0, 10, 11, 100, 101)]
-    (f,) = fig.best_vs_onednn(pd.concat([draws, one], ignore_index=True), tmp_path)
+    (f,) = fig.best_vs_onednn(FigureContext(pd.concat([draws, one], ignore_index=True), tmp_path))
     row = next(r for r in f.table if r.get("layer") == "yolo9000_12")
     assert row["ratio min"] == pytest.approx(100 / 90, abs=0.01)
     assert row["ratio 1000 min"] == pytest.approx(200 / 150, abs=0.01)
@@ -265,7 +266,7 @@ def test_fig6_3_compares_a_partial_best_of_1000_with_onednn_on_the_same_layers(t
     not beside the whole network's oneDNN average."""
     import pandas as pd
 
-    from reports import fig_conv_dse as fig
+    from studies.ttile_conv import figures as fig
 
     parts = [
         _summary(fig.RANDOM, "resnet18_02", [50.0] * 999 + [80.0]),
@@ -273,14 +274,14 @@ def test_fig6_3_compares_a_partial_best_of_1000_with_onednn_on_the_same_layers(t
         _summary(fig.RANDOM, "resnet18_03", [50.0] * 99 + [60.0]),
         _summary(fig.RANDOM, "resnet18_03", [90.0], kind="baseline", texts=["onednn"]),
     ]
-    (f,) = fig.best_vs_onednn(pd.concat(parts, ignore_index=True), tmp_path)
+    (f,) = fig.best_vs_onednn(FigureContext(pd.concat(parts, ignore_index=True), tmp_path))
     assert "(of 1000 on 1/2 layers: 80.0% vs oneDNN 70.0% on those) vs oneDNN 80.0%" in f.measured
 
 
 def test_strategies_figure_compares_bests_raw_and_against_each_runs_onednn(tmp_path) -> None:  # noqa: ANN001
     import pandas as pd
 
-    from reports import fig_conv_dse as fig
+    from studies.ttile_conv import figures as fig
 
     parts = []
     # layer a: the model's best is 10 points higher, but its run's oneDNN was as much faster (host drift)
@@ -292,7 +293,7 @@ def test_strategies_figure_compares_bests_raw_and_against_each_runs_onednn(tmp_p
         parts.append(_summary("ttile_conv_model", layer, [mod, mod - 5]))
         parts.append(_summary(fig.RANDOM, layer, [lib_r], kind="baseline", texts=["onednn"]))
         parts.append(_summary("ttile_conv_model", layer, [lib_m], kind="baseline", texts=["onednn"]))
-    (f,) = fig.strategies(pd.concat(parts, ignore_index=True), tmp_path)
+    (f,) = fig.strategies(FigureContext(pd.concat(parts, ignore_index=True), tmp_path))
     assert "within 2 points of (or above) the model filter's top 100 on 1/2 layers" in f.measured
     own_run = "against the oneDNN of its own run, random within 2% of (or above) the model filter on 2/2"
     assert own_run in f.measured
@@ -306,7 +307,7 @@ def test_fig6_5_sets_the_best_parallel_candidate_beside_onednn_on_as_many_thread
 
     import pandas as pd
 
-    from reports import fig_conv_dse as fig
+    from studies.ttile_conv import figures as fig
 
     def figure(par_a: float, par_b: float, with_library: bool = True):  # noqa: ANN202
         parts = []
@@ -318,7 +319,7 @@ def test_fig6_5_sets_the_best_parallel_candidate_beside_onednn_on_as_many_thread
                             kind="baseline", texts=["onednn"] * (2 if with_library else 1))  # fmt: skip
             libs["candidate_options"] = [json.dumps({}), json.dumps({"threads": 2})][: len(libs)]
             parts.append(libs)
-        (f,) = fig.parallel(pd.concat(parts, ignore_index=True), tmp_path)
+        (f,) = fig.parallel(FigureContext(pd.concat(parts, ignore_index=True), tmp_path))
         return f
 
     f = figure(165.0, 120.0)  # ahead of the 2-thread oneDNN on one layer, 20% behind on the other
@@ -335,7 +336,7 @@ def test_fig6_5_sets_the_best_parallel_candidate_beside_onednn_on_as_many_thread
 def test_search_throughput_leaves_out_a_stop_and_resume() -> None:
     import pandas as pd
 
-    from reports.fig_conv_dse import _rate_per_minute
+    from studies.ttile_conv.figures import _rate_per_minute
 
     # 4 rows 10 s apart, a 3-hour pause (the run resumed in a later session), 2 more rows 10 s apart
     hms = ("10:00:00", "10:00:10", "10:00:20", "10:00:30", "13:00:30", "13:00:40")
@@ -347,14 +348,14 @@ def test_search_throughput_leaves_out_a_stop_and_resume() -> None:
 def test_single_vs_forced_and_convergence_verdicts(tmp_path) -> None:  # noqa: ANN001
     import pandas as pd
 
-    from reports import fig_conv_dse as fig
+    from studies.ttile_conv import figures as fig
 
     combined = _summary(fig.RANDOM, "yolo9000_18", [80.0, 85.0], texts=["[λ_seq_w.[(1,5),(2,6)], Uλ_w]"] * 2)
     forced = _summary("ttile_conv_u17h", "yolo9000_18", [60.0, 68.0])
-    (f,) = fig.single_vs_all(pd.concat([combined, forced], ignore_index=True), tmp_path)
+    (f,) = fig.single_vs_all(FigureContext(pd.concat([combined, forced], ignore_index=True), tmp_path))
     assert f.verdict == "reproduced" and f.ours == 17.0
     forced = _summary("ttile_conv_u17h", "yolo9000_18", [90.0])
-    (f,) = fig.single_vs_all(pd.concat([combined, forced], ignore_index=True), tmp_path)
+    (f,) = fig.single_vs_all(FigureContext(pd.concat([combined, forced], ignore_index=True), tmp_path))
     assert f.verdict == "differs"
 
     def conv(random_best: float, optuna_best: float) -> str:
@@ -368,7 +369,7 @@ def test_single_vs_forced_and_convergence_verdicts(tmp_path) -> None:  # noqa: A
         ]
         for i, p in enumerate(parts):  # distinct candidates per run
             p["candidate_key"] = p["candidate_key"] + f"-{i}"
-        (f,) = fig.convergence(pd.concat(parts, ignore_index=True), tmp_path)
+        (f,) = fig.convergence(FigureContext(pd.concat(parts, ignore_index=True), tmp_path))
         return f.verdict
 
     assert conv(80.0, 60.0) == "reproduced"
@@ -383,9 +384,9 @@ def test_fig6_2_draws_tvm_from_its_tuning_records_and_judges_random_against_it(t
 
     import pandas as pd
 
-    from reports import fig_conv_dse as fig
+    from studies.ttile_conv import figures as fig
 
-    out = tmp_path / "report" / "figures"  # results_dir_of(out) is tmp_path
+    out = tmp_path / "report" / "figures"  # the context's results_dir is tmp_path
     (tmp_path / "tvm").mkdir()
     parts = [_summary("ttile_conv_convergence_random", "yolo9000_12", [10.0, 60.0], seed=s) for s in (0, 1)]
     parts += [_summary("ttile_conv_convergence_optuna", "yolo9000_12", [20.0, 30.0], seed=s) for s in (0, 1)]
@@ -402,7 +403,7 @@ def test_fig6_2_draws_tvm_from_its_tuning_records_and_judges_random_against_it(t
     summary["peak_gflops"] = 100.0  # 2 GFLOP: 0.04 s is 50% of peak
     for i in range(len(summary)):
         summary.loc[i, "candidate_key"] += f"-{i}"
-    (f,) = fig.convergence(summary, out)
+    (f,) = fig.convergence(FigureContext(summary, out))
     best = {(r["strategy"], r["seed"]): r["perf0"] for r in f.table}
     assert best[("tvm", 0)] == pytest.approx(50.0) and best[("tvm", 1)] == pytest.approx(40.0)
     assert ("tvm", 2) not in best  # the random-cost-model module
@@ -416,13 +417,13 @@ def test_fig6_15_18_compares_the_best_of_as_many_draws(tmp_path) -> None:  # noq
     the first 300 (proposal order), not among all 1000, is set beside the fixed one's best."""
     import pandas as pd
 
-    from reports import fig_conv_dse as fig
+    from studies.ttile_conv import figures as fig
 
     searched = [50.0] * 2 + [70.0] + [95.0]  # the 95 comes after the fixed search's budget of 3
     fixed = [60.0, 80.0, 40.0]
     parts = [_summary(fig.RANDOM, "resnet18_02", searched),
              _summary("ttile_conv_fixed_perm", "resnet18_02", fixed)]  # fmt: skip
-    (f,) = fig.fixed_permutation(pd.concat(parts, ignore_index=True), tmp_path)
+    (f,) = fig.fixed_permutation(FigureContext(pd.concat(parts, ignore_index=True), tmp_path))
     (row,) = f.table
     assert row["max searched"] == 95.0 and row["max searched, first n fixed"] == 70.0
     assert row["n fixed"] == 3 and row["n searched"] == 4
@@ -435,7 +436,7 @@ def test_refine_figure_compares_what_each_run_gained_after_the_shared_draws(tmp_
     on a host twice as slow that day still shows its gain."""
     import pandas as pd
 
-    from reports import fig_conv_dse as fig
+    from studies.ttile_conv import figures as fig
 
     def figure(late: float, slow: float = 1.0):  # noqa: ANN202
         parts = []
@@ -456,7 +457,7 @@ def test_refine_figure_compares_what_each_run_gained_after_the_shared_draws(tmp_
             for exp in fig.REFINE.values():
                 parts.append(_summary(exp, layer, [100.0 * (slow if exp == fig.REFINE["refined"] else 1)],
                                       kind="baseline", texts=["onednn"]))  # fmt: skip
-        (f,) = fig.refine(pd.concat(parts, ignore_index=True), tmp_path)
+        (f,) = fig.refine(FigureContext(pd.concat(parts, ignore_index=True), tmp_path))
         return f
 
     f = figure(90.0)

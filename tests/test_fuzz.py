@@ -2,13 +2,13 @@
 
 The default run has a Hypothesis property test (40 derandomized examples, the whole pipeline for the
 legal ones), a message-contract test on a seeded batch of rejections (no compilation), checks of the
-generators and of :func:`harness.fuzz.fuzz` itself, a regression test per bug the fuzzer found that is
+generators and of :func:`harness.verify.fuzz.fuzz` itself, a regression test per bug the fuzzer found that is
 fixed, and a strict-xfail minimal reproducer per open one. ``-m slow`` runs the 10,000-scheme profile.
 
 A failure that is an instance of one of those bugs (:data:`KNOWN_BUGS`, matched by :func:`known_bug`) is
-tolerated by the property tests so they keep guarding against *new* failures; ``python -m harness.fuzz``
-itself counts every failure. When a bug is fixed its xfail turns into an XPASS (strict): delete the xfail
-marker and its entry in :data:`KNOWN_BUGS`.
+tolerated by the property tests so they keep guarding against *new* failures;
+``python -m harness.verify.fuzz`` itself counts every failure. When a bug is fixed its xfail turns into an
+XPASS (strict): delete the xfail marker and its entry in :data:`KNOWN_BUGS`.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from harness.fuzz import (
+from harness.machine import vector_lanes
+from harness.verify.fuzz import (
     FAILURES,
     OK,
     PARTIAL,
@@ -45,7 +46,6 @@ from harness.fuzz import (
     schemes,
     workloads,
 )
-from harness.machine import vector_lanes
 from kernels.candidate import Candidate, Workload, render
 from kernels.scheme import Atom, SchemeError, format_scheme, parse_scheme
 from kernels.targets import get_target
@@ -236,7 +236,7 @@ def test_fuzz_end_to_end_small(tmp_path: Path, capsys: pytest.CaptureFixture[str
 def test_parallel_and_external_schemes_through_the_property(shared_cache: Path) -> None:
     """The generators' Tpar/Tfused prefixes and ExternalCall schemes: legal before mutation, and run
     right (parallel ones on two threads where there are two CPUs) through the whole property."""
-    from harness.fuzz import external_scheme
+    from harness.verify.fuzz import external_scheme
 
     picked: list[FuzzCase] = []
     kinds: set[str] = set()

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -16,9 +17,9 @@ from harness import interrupt
 @pytest.fixture
 def handlers():
     saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGUSR2)}
-    interrupt._requested.clear()
+    interrupt.reset()
     yield
-    interrupt._requested.clear()
+    interrupt.reset()
     for s, h in saved.items():
         signal.signal(s, h)
 
@@ -51,3 +52,32 @@ def test_a_forked_pool_still_terminates_its_workers() -> None:
     hung in CI's permutations job). In a child process, so a regression fails on the timeout."""
     out = subprocess.run([sys.executable, "-c", POOL], capture_output=True, text=True, timeout=30)
     assert out.returncode == 0 and out.stdout.strip() == "done", out.stderr[-2000:]
+
+
+BUSY = """
+import os, signal, sys, time
+from harness import interrupt
+interrupt.GRACE_S = float(sys.argv[1])
+interrupt.stop_on_signals()
+print("ready", flush=True)
+while True:  # a long phase that never reaches a compile or a kernel launch (no check)
+    sum(range(10000))
+"""
+
+
+@pytest.mark.parametrize("signals, grace", [(1, 1.0), (2, 60.0)])
+def test_a_stop_that_meets_no_safe_point_ends_the_process_after_the_grace_or_a_second_signal(
+    signals: int, grace: float
+) -> None:
+    """``harness loop-strings`` ranked 1000 strings with its cache model for a minute after a SIGTERM: the
+    flag waited for a compile. Now the grace period (1 s here) or a second signal ends it, with the line."""
+    proc = subprocess.Popen([sys.executable, "-c", BUSY, str(grace)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    for _ in range(signals):
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(0.3)  # a second signal sent while the first is pending would merge with it
+    _, err = proc.communicate(timeout=20)
+    assert proc.returncode == 2, err
+    assert err.count("harness: error: stopped by SIGTERM") == 1 and "Traceback" not in err
+    assert ("second stop signal" if signals == 2 else "no safe point within 1 s") in err

@@ -138,3 +138,13 @@ def test_no_private_name_crosses_modules() -> None:
                     if private and node.module.split(".")[0] in (*CORE, studies.PACKAGE):
                         crossing[str(path.relative_to(ROOT))] = private
     assert crossing == {}
+
+
+def test_the_measuring_code_never_imports_the_tools_that_test_it() -> None:
+    """The mutant catalogue and the fuzzer (harness.verify) test the pipeline; the pipeline does not lean on
+    them."""
+    graph = import_graph()
+    users = {m for m, deps in graph.items() if not m.startswith("harness.verify")
+             and any(d.startswith("harness.verify") for d in deps)}  # fmt: skip
+    assert users == set()
+    assert "harness.verify.mutants" in graph and "harness.verify.fuzz" in graph

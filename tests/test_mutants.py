@@ -1,7 +1,7 @@
 """Mutants: deliberately broken generated kernels that the semantic check must flag before any time counts.
 
 ``pytest -s tests/test_mutants.py`` prints the mutant x kernel table of the pairs built here (the whole
-catalogue on every demo kernel: ``python -m harness.mutants``). Builds dominate the time (~0.5 s each),
+catalogue on every demo kernel: ``python -m harness.verify.mutants``). Builds dominate the time (~0.5 s each),
 so the original mutants run on the three original kernels and each newer mutant on one or two kernels
 chosen to host it (``NEW_ON``); the text-level tests cover every applicable pair.
 """
@@ -17,7 +17,7 @@ import yaml
 
 from harness.check import CheckConfig, check_output, make_tensors, sample_points
 from harness.machine import detect
-from harness.mutants import (
+from harness.verify.mutants import (
     FULL_CHECK,
     MUTANTS,
     MutationError,
@@ -441,7 +441,7 @@ def test_mutant_changes_the_output_and_the_checks_catch_it(
 @pytest.mark.heavy  # every mutant of the catalogue built and run: 30-60 s per ISA
 @pytest.mark.parametrize("isa", sorted(set(detect().isas) & {"avx2", "avx512"}))
 def test_no_mutant_is_equivalent_on_a_demo_kernel_it_applies_to(isa: str, shared_cache: Path) -> None:
-    """The whole catalogue, as `python -m harness.mutants --target ISA` runs it, on each ISA this CPU
+    """The whole catalogue, as `python -m harness.verify.mutants --target ISA` runs it, on each ISA this CPU
     executes: every applicable mutant changes the output and the full check sees it. (With 108 columns,
     matmul_masked's AVX-512 remainder of 12 left its second vector fully masked: four mutants of that
     vector's update changed nothing.)"""

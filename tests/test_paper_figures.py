@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from harness import analysis, store
-from reports.figures import PaperFigure, fig5_6_series, mean_ci, paper_figures
+from reports.figures import PaperFigure, mean_ci, paper_figures
+from studies.ttile_microkernels.figures import fig5_6_series
 from tests.test_report import FLOPS, frame
 from tests.test_report import make_row as row
 

@@ -14,6 +14,7 @@ from harness.check import CheckConfig
 from kernels.candidate import Workload
 from kernels.codegen import analyze_for, render_scheme
 from kernels.targets import get_target
+from reports.figures import FigureContext
 from studies.permutations import kernels as perm
 from studies.permutations import study as permstudy
 from tests.conftest import FAST_TIMING, HOST_TARGET, run_candidates
@@ -258,7 +259,7 @@ def test_pairs_and_sorted_speedups_put_measured_beside_simulated(tmp_path: Path)
     assert measured.shape == (90, 2)
     pr = permstudy.best_pairs(measured)
     best = pr.loc[pr["average"].idxmax()]
-    (fig53,) = fp_mod.pairs(summary, out)
+    (fig53,) = fp_mod.pairs(FigureContext(summary, out))
     assert "simulated (loki) (3 layers)" in fig53.measured
     assert (
         f"measured (2 layers): best pair {best['a']} + {best['b']}: average {best['average']:.3f}"
@@ -267,13 +268,13 @@ def test_pairs_and_sorted_speedups_put_measured_beside_simulated(tmp_path: Path)
     data = pd.read_csv(out.parent / fig53.csv)
     assert set(data["source"]) == {"simulated (loki)", "measured"}
 
-    (fig54,) = fp_mod.sorted_speedups(summary, out)
+    (fig54,) = fp_mod.sorted_speedups(FigureContext(summary, out))
     good = int((measured >= CLAIMS_GOOD()).sum(axis=0).min())
     assert f"measured: hardest of 2 layers has {good}/90 orders" in fig54.measured
     assert "simulated (loki): hardest of 3 layers has" in fig54.measured and "/720 orders" in fig54.measured
 
     tw = permstudy.winners(measured)["top_average"]
-    (fig47,) = fp_mod.winners(summary, out)
+    (fig47,) = fp_mod.winners(FigureContext(summary, out))
     assert (
         f"measured (90 orders timed on 2 layers): top average {tw['order']} {tw['average']:.3f}"
         in fig47.measured
@@ -281,7 +282,7 @@ def test_pairs_and_sorted_speedups_put_measured_beside_simulated(tmp_path: Path)
     assert "timed on fewer orders, left out of the measured panel: c (10 orders)" in fig47.measured
 
     # nothing timed: the simulated panel alone, as before
-    (alone,) = fp_mod.pairs(summary.iloc[0:0], out)
+    (alone,) = fp_mod.pairs(FigureContext(summary.iloc[0:0], out))
     assert "measured" not in alone.measured
 
 

@@ -222,7 +222,7 @@ def test_a_broken_figure_builder_is_reported_not_fatal(
 ) -> None:
     import reports.figures as figures
 
-    def broken(summary: object, out_dir: Path) -> list:
+    def broken(ctx: object) -> list:
         raise KeyError("column_that_does_not_exist")
 
     builders = figures.all_builders()
@@ -236,29 +236,27 @@ def test_a_broken_figure_builder_is_reported_not_fatal(
 
 
 def test_a_plugin_that_cannot_be_imported_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Simulated (never a file in reports/: the tree is shared with running builds)."""
+    """Simulated (never a folder in studies/: the tree is shared with running builds)."""
     import importlib
-    import pkgutil
 
     import reports.figures as figures
+    from harness import studies
+    from studies.ttile_microkernels import figures as microkernels
 
-    fake = "fig_zz_cannot_import"
-    modules = list(pkgutil.iter_modules([str(Path(figures.__file__).parent)]))
-    real_import = importlib.import_module
+    fake = "studies.zz_cannot_import.figures"
+    real_modules, real_import = studies.modules, importlib.import_module
 
     def import_module(name: str, *args: object) -> object:
-        if name == f"reports.{fake}":
+        if name == fake:
             raise ImportError("No module named 'module_that_does_not_exist_anywhere'")
         return real_import(name, *args)
 
-    monkeypatch.setattr(pkgutil, "iter_modules", lambda path=None: [*modules, modules[0]._replace(name=fake)])
+    monkeypatch.setattr(studies, "modules", lambda module: [*real_modules(module), fake])
     monkeypatch.setattr(importlib, "import_module", import_module)
     errors: list[tuple[str, str]] = []
     builders = figures.all_builders(errors)
-    assert errors == [
-        (f"reports.{fake}", "ImportError: No module named 'module_that_does_not_exist_anywhere'")
-    ]
-    assert figures.hoisting in builders  # the others still load
+    assert errors == [(fake, "ImportError: No module named 'module_that_does_not_exist_anywhere'")]
+    assert microkernels.hoisting in builders  # the others still load
     with pytest.raises(ImportError):
         figures.all_builders()
 

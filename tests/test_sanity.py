@@ -28,6 +28,13 @@ def test_noisy_rows_are_flagged() -> None:
     assert row_flags(CFG, float("nan"), 0.0) == []
 
 
+def test_a_speed_above_the_peak_is_flagged_as_a_wrong_reference() -> None:
+    """libxsmm's AVX-512 JIT measured against the AVX2 peak read 160%: the row says so."""
+    assert row_flags(CFG, 0.01, 0.0, 104.0) == [] and row_flags(CFG, 0.01, 0.0, None) == []
+    (flag,) = row_flags(CFG, 0.01, 0.0, 162.9)
+    assert flag.startswith("above peak: 163% of the calibrated peak")
+
+
 def test_peak_drift_is_flagged() -> None:
     assert drift_flags(CFG, 100.0, [97.0]) == []
     (flag,) = drift_flags(CFG, 100.0, [80.0])

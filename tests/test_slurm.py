@@ -208,9 +208,9 @@ def test_a_job_near_its_time_limit_stops_cleanly_and_the_rerun_measures_only_the
     search = ["+sweeps=ttile_conv_u17h", "workload=yolo9000_18_small", "timing.max_reps=10", "baselines=[]",
               "experiment=slurm_limit", f"results_dir={results}"]  # fmt: skip
     harness = str(BIN / "harness")
-    # SIGUSR2 30 s before the limit. SLURM may send it up to 60 s early (sbatch --signal: "due to the resolution
-    # of event handling"): with a one-minute limit it came 3 s into a CI job, before the harness's handler was
-    # installed, and submitit's own raised. Two minutes leave the signal 30 s at the earliest.
+    # SIGUSR2 30 s before the limit. SLURM may send it up to 60 s early (sbatch --signal: "due to the
+    # resolution of event handling"): with a one-minute limit it came 3 s into a CI job, before the harness's
+    # handler was installed, and submitit's own raised. Two minutes leave the signal 30 s at the earliest.
     limited = [harness, "run", "-m", "hydra/launcher=cluster", "hydra.launcher.timeout_min=2",
                "hydra.launcher.signal_delay_s=30", *search]  # fmt: skip
     print("$", " ".join(limited), "search.budget=2000", flush=True)

@@ -40,8 +40,9 @@ JOB = [
 
 
 def catalogue(workdir: Path) -> None:
-    """A one-figure catalogue: the Snakefile reads workflow/config.yaml and workflow/catalogue/ from cwd."""
-    (workdir / "workflow" / "catalogue").mkdir(parents=True)
+    """A one-figure catalogue: the Snakefile reads workflow/config.yaml and studies/*/catalogue.yaml from
+    cwd (none here)."""
+    (workdir / "workflow").mkdir(parents=True)
     config = {
         "profile": "quick",
         "results": "results",

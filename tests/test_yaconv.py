@@ -15,6 +15,7 @@ from harness.build import CompilerConfig, build
 from harness.machine import detect
 from kernels.candidate import Candidate, Workload
 from kernels.targets import get_target
+from reports.figures import FigureContext
 from studies.yaconv.kernels import (
     OUR_UKR,
     Blocking,
@@ -301,11 +302,25 @@ def test_fig5_3_verdict_follows_the_numbers(ratio: float, verdict: str, tmp_path
     from studies.yaconv import figures as fig_yaconv
 
     monkeypatch.setenv("HARNESS_RESULTS", str(tmp_path / "none"))
-    figs = fig_yaconv.fig5_3(_summary_rows(ratio), tmp_path / "report" / "figures")
+    figs = fig_yaconv.fig5_3(FigureContext(_summary_rows(ratio), tmp_path / "report" / "figures"))
     assert len(figs) == 1 and figs[0].verdict == verdict
     assert figs[0].ours == pytest.approx(ratio)
-    mem = fig_yaconv.memory(_summary_rows(ratio), tmp_path / "report" / "figures")
+    mem = fig_yaconv.memory(FigureContext(_summary_rows(ratio), tmp_path / "report" / "figures"))
     assert len(mem) == 1 and mem[0].ours > 1  # im2col needs more temporary bytes on every layer
+
+
+def test_the_best_yaconv_is_compared_with_the_best_im2col(tmp_path: Path) -> None:
+    """Our AVX-512 microkernel against Debian BLIS's AVX2 sgemm would flatter YaConv: with OpenBLAS's sgemm
+    measured too, each side is taken at its best per layer (YaConv x1.5 BLIS's im2col, OpenBLAS's x2)."""
+    from studies.yaconv import figures as fig_yaconv
+
+    rows = _summary_rows(1.5)
+    extra = rows[rows["label"] == "im2col (gemm=blis)"].assign(
+        label="im2col (gemm=openblas)", gflops_median=20.0
+    )
+    wide = fig_yaconv.ratios(pd.concat([rows, extra], ignore_index=True), "yaconv_layers")["fp0"]
+    assert wide["ratio"].tolist() == pytest.approx([1.5] * 6)  # the paper's statistic: BLIS on both sides
+    assert wide["best yaconv / best im2col"].tolist() == pytest.approx([0.75] * 6)
 
 
 def test_memory_figure_uses_the_rendered_workspace() -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 import re
-from pathlib import Path
 from typing import Any
 
 import matplotlib
@@ -22,7 +21,7 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from harness.analysis import n_rounds, round_ratio  # noqa: E402
-from reports.figures import CLAIMS, PaperFigure, mean_ci, ok_rows, paper_figure, save_figure  # noqa: E402
+from reports.figures import CLAIMS, FigureContext, PaperFigure, mean_ci, ok_rows, paper_figure  # noqa: E402
 
 LANES = {"avx2": 8, "avx512": 16}
 RESIDENT_C = ("B3A2C0", "A3B2C0")
@@ -132,11 +131,12 @@ def _verdict(holds: list[bool]) -> str:
 
 
 # -- Fig 13: the generator ladder --------------------------------------------------------------------------
-def fig13(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
+def fig13(ctx: FigureContext) -> list[PaperFigure]:
+    summary = ctx.summary
     name = "gemm_fig13"
     data = frame(summary, CLAIMS[name]["experiment"])
     figures = []
-    for (fp, wl), part in data.groupby(["fp", "workload"]) if not data.empty else []:
+    for (wl, fp), part in ctx.machines(data, by=("workload",), machine="fp"):
         stages = part[part["kind"] == "scheme"].dropna(subset=["stage"])
         stages = stages.loc[stages.groupby("stage")["gflops"].idxmax()]
         order = [
@@ -158,7 +158,7 @@ def fig13(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
                 libs.assign(stage=libs["library"])[["stage", "gflops", "pct", "text"]],
             ]
         )
-        image, csv = save_figure(fig, table, out_dir, f"{name}-{wl}-{fp}")
+        image, csv = ctx.save(fig, table, f"{name}-{wl}-{fp}")
         g = stages.set_index("stage")["gflops"]
         opt = float(g["optimized"])
         blis = libs[libs["library"] == "blis"]
@@ -204,16 +204,17 @@ def fig13(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
 
 
 # -- Fig 16: best microkernel per layer type ---------------------------------------------------------------
-def fig16(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
+def fig16(ctx: FigureContext) -> list[PaperFigure]:
+    summary = ctx.summary
     name = "gemm_fig16"
     meta = CLAIMS[name]
     data = frame(summary, meta["experiment"])
-    figures = []
-    for fp, part in data.groupby("fp") if not data.empty else []:
+
+    def one(fp: str, part: pd.DataFrame) -> PaperFigure | None:
         part = part.dropna(subset=["layer_type"])
         ours = part[(part["kind"] == "scheme") & part["mr"].notna()]
         if ours.empty:
-            continue
+            return None
         best = ours.loc[ours.groupby("workload")["gflops"].idxmax()]
         best = best.assign(kernel=[f"{int(a)}x{int(b)}" for a, b in zip(best["mr"], best["nr"], strict=True)])
         table = best[["workload", "layer_type", "layers", "kernel", "gflops", "pct"]].merge(
@@ -251,7 +252,7 @@ def fig16(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
         ax.set(xlabel="ResNet50 v1.5 layer type (Table 1)", ylabel="GFLOP/s (median)")
         ax.set_ylim(0, long["gflops"].max() * 1.12)  # room for the rotated kernel labels above the bars
         ax.legend(bbox_to_anchor=(1.01, 1), loc="upper left")  # beside the bars, not on the kernel labels
-        image, csv = save_figure(fig, table, out_dir, f"{name}-{fp}")
+        image, csv = ctx.save(fig, table, f"{name}-{fp}")
         measured_rows = table.dropna(subset=["ratio"])
         won = measured_rows[measured_rows["ratio"] >= 1.0]
         n_layers, n_won = int(measured_rows["layers"].sum()), int(won["layers"].sum())
@@ -262,43 +263,43 @@ def fig16(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
         share = n_won / n_layers if n_layers else float("nan")
         counts = ours.groupby("workload")["text"].nunique()  # microkernels measured per layer type
         tried = f"{counts.min()}" if counts.min() == counts.max() else f"{counts.min()}-{counts.max()}"
-        figures.append(
-            paper_figure(
-                name,
-                fp,
-                part,
-                measured=f"best of {tried} mr x nr at or above the best library on {n_won} of {n_layers} "
-                f"layers "
-                f"({len(won)} of {len(measured_rows)} types); median ratio "
-                f"{measured_rows['ratio'].median():.2f}; "
-                f"winning kernels: {', '.join(sorted(set(table['kernel'])))}{network}",
-                verdict=_verdict(holds),
-                statistic="per layer type the best mr x nr (median GFLOP/s) over the best library; layers "
-                "weighted by Table 1's layer counts; reproduced if at or above on >= 80% of the rectangular "
-                "types (1-11) measured and on at least half the layers, partial if one holds",
-                image=image,
-                csv=csv,
-                table=table.round(3).to_dict("records"),
-                ours=share,
-                paper_value=meta["paper_numbers"]["layers_won"] / meta["paper_numbers"]["layers"],
-                unit="share of layers at or above the best library",
-            )
+        return paper_figure(
+            name,
+            fp,
+            part,
+            measured=f"best of {tried} mr x nr at or above the best library on {n_won} of {n_layers} "
+            f"layers "
+            f"({len(won)} of {len(measured_rows)} types); median ratio "
+            f"{measured_rows['ratio'].median():.2f}; "
+            f"winning kernels: {', '.join(sorted(set(table['kernel'])))}{network}",
+            verdict=_verdict(holds),
+            statistic="per layer type the best mr x nr (median GFLOP/s) over the best library; layers "
+            "weighted by Table 1's layer counts; reproduced if at or above on >= 80% of the rectangular "
+            "types (1-11) measured and on at least half the layers, partial if one holds",
+            image=image,
+            csv=csv,
+            table=table.round(3).to_dict("records"),
+            ours=share,
+            paper_value=meta["paper_numbers"]["layers_won"] / meta["paper_numbers"]["layers"],
+            unit="share of layers at or above the best library",
         )
-    return figures
+
+    return ctx.per_machine(data, one, machine="fp")
 
 
 # -- Fig 19: packing ----------------------------------------------------------------------------------------
-def fig19(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
+def fig19(ctx: FigureContext) -> list[PaperFigure]:
+    summary = ctx.summary
     name = "gemm_fig19"
     data = frame(summary, CLAIMS[name]["experiment"])
-    figures = []
-    for fp, part in data.groupby("fp") if not data.empty else []:
+
+    def one(fp: str, part: pd.DataFrame) -> PaperFigure | None:
         ours = part[(part["kind"] == "scheme") & part["pack"].notna()]
         if ours.empty:
-            continue
+            return None
         wide = ours.pivot_table(index="workload", columns="pack", values="gflops", aggfunc="max")
         if "both" not in wide:
-            continue
+            return None
         wide = wide.reset_index()
         wide["square"] = wide["workload"].str.startswith("gemm_square")
         others = [c for c in ("A", "B", "none") if c in wide]
@@ -312,43 +313,43 @@ def fig19(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
         )
         ax.tick_params(axis="x", rotation=60)
         ax.set(xlabel="", ylabel="GFLOP/s (median)")
-        image, csv = save_figure(fig, wide, out_dir, f"{name}-{fp}")
+        image, csv = ctx.save(fig, wide, f"{name}-{fp}")
         sq, rn = wide[wide["square"]], wide[~wide["square"]]
         holds = []
         if len(sq):  # packing does not pay on small squares: not packing both is at least as fast
             holds.append(bool((sq["best partial packing / both"] >= 1.0).all()))
         if len(rn) and "none" in rn:  # packing pays on the layers: both beats none on most
             holds.append(bool((rn["both"] >= rn["none"]).mean() >= 0.5))
-        figures.append(
-            paper_figure(
-                name,
-                fp,
-                part,
-                measured=f"small squares: best partial packing / both = "
-                f"{', '.join(f'{v:.2f}' for v in sq['best partial packing / both'])}; layers: both "
-                f">= none on "
-                f"{int((rn['both'] >= rn.get('none', rn['both'])).sum())} of {len(rn)}",
-                verdict=_verdict(holds),
-                statistic="median GFLOP/s per packing configuration; reproduced if on every small "
-                "square some "
-                "configuration packing less is at least as fast as packing both, and on most layers packing "
-                "both beats packing none; partial if one holds",
-                image=image,
-                csv=csv,
-                table=wide.round(3).to_dict("records"),
-                ours=float(rn["best partial packing / both"].median()) if len(rn) else None,
-                unit="median over layers of best partial packing / both",
-            )
+        return paper_figure(
+            name,
+            fp,
+            part,
+            measured=f"small squares: best partial packing / both = "
+            f"{', '.join(f'{v:.2f}' for v in sq['best partial packing / both'])}; layers: both "
+            f">= none on "
+            f"{int((rn['both'] >= rn.get('none', rn['both'])).sum())} of {len(rn)}",
+            verdict=_verdict(holds),
+            statistic="median GFLOP/s per packing configuration; reproduced if on every small "
+            "square some "
+            "configuration packing less is at least as fast as packing both, and on most layers packing "
+            "both beats packing none; partial if one holds",
+            image=image,
+            csv=csv,
+            table=wide.round(3).to_dict("records"),
+            ours=float(rn["best partial packing / both"].median()) if len(rn) else None,
+            unit="median over layers of best partial packing / both",
         )
-    return figures
+
+    return ctx.per_machine(data, one, machine="fp")
 
 
 # -- Fig 20: parallel loop ---------------------------------------------------------------------------------
-def fig20(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
+def fig20(ctx: FigureContext) -> list[PaperFigure]:
+    summary = ctx.summary
     name = "gemm_fig20"
     data = frame(summary, CLAIMS[name]["experiment"])
-    figures = []
-    for fp, part in data.groupby("fp") if not data.empty else []:
+
+    def one(fp: str, part: pd.DataFrame) -> PaperFigure | None:
         ours = part[(part["kind"] == "scheme") & part["variant"].notna()].copy()
         ours["loop"] = [
             ("jc" if v == "B3A2C0" else "ic") if par else "sequential"
@@ -356,7 +357,7 @@ def fig20(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
         ]
         wide = ours.pivot_table(index="workload", columns="loop", values="gflops", aggfunc="max")
         if "sequential" not in wide or not ({"jc", "ic"} & set(wide)):
-            continue
+            return None
         loops = [c for c in ("jc", "ic") if c in wide]
         for c in loops:
             wide[f"{c} speed-up"] = wide[c] / wide["sequential"]
@@ -370,42 +371,42 @@ def fig20(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
         ax.axhline(1.0, c="#888", lw=1)
         ax.tick_params(axis="x", rotation=60)
         ax.set(xlabel="", ylabel="speed-up over sequential B3A2C0 (2 threads)")
-        image, csv = save_figure(fig, wide, out_dir, f"{name}-{fp}")
+        image, csv = ctx.save(fig, wide, f"{name}-{fp}")
         winners = wide["best loop"].value_counts().to_dict()
         top = wide[[f"{c} speed-up" for c in loops]].max(axis=1)
         holds = [bool((top > 1.0).mean() >= 0.5), len(winners) >= 2]
-        figures.append(
-            paper_figure(
-                name,
-                fp,
-                part,
-                measured=f"best loop per layer: {winners}; best speed-up median {top.median():.2f} "
-                f"(min {top.min():.2f}, max {top.max():.2f})",
-                verdict=_verdict(holds),
-                statistic="median GFLOP/s with 2 threads over sequential B3A2C0 per layer; reproduced if the "
-                "parallel loop speeds up most layers and the best loop alternates (both win somewhere), "
-                "partial if one holds. Only jc and ic are expressible (outermost Tpar)",
-                image=image,
-                csv=csv,
-                table=wide.round(3).to_dict("records"),
-                ours=float(top.median()),
-                unit="median best speed-up on 2 threads",
-            )
+        return paper_figure(
+            name,
+            fp,
+            part,
+            measured=f"best loop per layer: {winners}; best speed-up median {top.median():.2f} "
+            f"(min {top.min():.2f}, max {top.max():.2f})",
+            verdict=_verdict(holds),
+            statistic="median GFLOP/s with 2 threads over sequential B3A2C0 per layer; reproduced if the "
+            "parallel loop speeds up most layers and the best loop alternates (both win somewhere), "
+            "partial if one holds. Only jc and ic are expressible (outermost Tpar)",
+            image=image,
+            csv=csv,
+            table=wide.round(3).to_dict("records"),
+            ours=float(top.median()),
+            unit="median best speed-up on 2 threads",
         )
-    return figures
+
+    return ctx.per_machine(data, one, machine="fp")
 
 
 # -- Fig 21: family members ----------------------------------------------------------------------------------
-def fig21(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
+def fig21(ctx: FigureContext) -> list[PaperFigure]:
+    summary = ctx.summary
     name = "gemm_fig21"
     data = frame(summary, CLAIMS[name]["experiment"])
-    figures = []
-    for fp, part in data.groupby("fp") if not data.empty else []:
+
+    def one(fp: str, part: pd.DataFrame) -> PaperFigure | None:
         ours = part[(part["kind"] == "scheme") & part["variant"].notna()]
         wide = ours.pivot_table(index="workload", columns="variant", values="gflops", aggfunc="max")
         c_cols, b_cols = [v for v in RESIDENT_C if v in wide], [v for v in RESIDENT_B if v in wide]
         if not c_cols or not b_cols:
-            continue
+            return None
         wide["resident C / resident B"] = wide[c_cols].max(axis=1) / wide[b_cols].max(axis=1)
         if len(c_cols) == 2:
             wide["B3A2C0 / A3B2C0"] = wide["B3A2C0"] / wide["A3B2C0"]
@@ -414,7 +415,7 @@ def fig21(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
         sns.barplot(data=ours, x="workload", y="gflops", hue="variant", ax=ax)
         ax.tick_params(axis="x", rotation=60)
         ax.set(xlabel="", ylabel="GFLOP/s (median)")
-        image, csv = save_figure(fig, wide, out_dir, f"{name}-{fp}")
+        image, csv = ctx.save(fig, wide, f"{name}-{fp}")
         cb = wide["resident C / resident B"]
         holds = [bool((cb >= 1 + TIE).mean() >= 0.9)]
         if "B3A2C0 / A3B2C0" in wide:
@@ -423,46 +424,46 @@ def fig21(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
                 bool(((twin - 1).abs() <= TIE).mean() >= 0.5 or ((twin > 1).any() and (twin < 1).any()))
             )
         lo, hi = mean_ci(cb)
-        figures.append(
-            paper_figure(
-                name,
-                fp,
-                part,
-                measured=f"best resident C / best resident B: median x{cb.median():.2f} (min {cb.min():.2f}) "
-                f"over {len(cb)} layers"
-                + (
-                    f"; B3A2C0 / A3B2C0 median {wide['B3A2C0 / A3B2C0'].median():.2f}"
-                    if "B3A2C0 / A3B2C0" in wide
-                    else ""
-                ),
-                verdict=_verdict(holds),
-                statistic="median GFLOP/s per variant and layer; reproduced if resident C beats "
-                "resident B by "
-                ">= 10% on >= 90% of the layers and the twins are within 10% on half of them (or each wins "
-                "somewhere); partial if one holds",
-                image=image,
-                csv=csv,
-                table=wide.round(3).to_dict("records"),
-                ours=float(cb.median()),
-                ours_ci=(lo, hi),
-                unit="x (best resident C / best resident B, median)",
-            )
+        return paper_figure(
+            name,
+            fp,
+            part,
+            measured=f"best resident C / best resident B: median x{cb.median():.2f} (min {cb.min():.2f}) "
+            f"over {len(cb)} layers"
+            + (
+                f"; B3A2C0 / A3B2C0 median {wide['B3A2C0 / A3B2C0'].median():.2f}"
+                if "B3A2C0 / A3B2C0" in wide
+                else ""
+            ),
+            verdict=_verdict(holds),
+            statistic="median GFLOP/s per variant and layer; reproduced if resident C beats "
+            "resident B by "
+            ">= 10% on >= 90% of the layers and the twins are within 10% on half of them (or each wins "
+            "somewhere); partial if one holds",
+            image=image,
+            csv=csv,
+            table=wide.round(3).to_dict("records"),
+            ours=float(cb.median()),
+            ours_ci=(lo, hi),
+            unit="x (best resident C / best resident B, median)",
         )
-    return figures
+
+    return ctx.per_machine(data, one, machine="fp")
 
 
 # -- headline: the family vs the libraries -------------------------------------------------------------------
-def headline(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
+def headline(ctx: FigureContext) -> list[PaperFigure]:
+    summary = ctx.summary
     from studies.gemm_family.kernels import roles_table
 
     name = "gemm_headline"
     meta = CLAIMS[name]
     data = frame(summary, meta["experiment"])
-    figures = []
-    for fp, part in data.groupby("fp") if not data.empty else []:
+
+    def one(fp: str, part: pd.DataFrame) -> PaperFigure | None:
         ours = part[(part["kind"] == "scheme") & part["variant"].notna()]
         if ours.empty:
-            continue
+            return None
         best = ours.loc[ours.groupby("workload")["gflops"].idxmax()]
         table = best[["workload", "square", "layer_type", "layers", "variant", "gflops", "pct", "rounds"]]
         table = table.merge(_libs_best(part), on="workload", how="left")
@@ -479,7 +480,7 @@ def headline(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
         ax.tick_params(axis="x", rotation=60)
         ax.set(xlabel="", ylabel="% of calibrated peak (median)")
         ax.legend(fontsize=7, bbox_to_anchor=(1.01, 1), loc="upper left")  # beside the bars, not on them
-        image, csv = save_figure(fig, table, out_dir, f"{name}-{fp}")
+        image, csv = ctx.save(fig, table, f"{name}-{fp}")
         sq = table[table["square"].notna()].dropna(subset=["ratio"])
         rect = table[table["layer_type"].notna() & (table["layer_type"] <= 11)].dropna(subset=["ratio"])
         holds = []
@@ -494,29 +495,28 @@ def headline(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
             for v, rows in ours.sort_values("flops", ascending=False).groupby("variant", sort=False)
             for r in [rows.iloc[0]]
         ]
-        figures.append(
-            paper_figure(
-                name,
-                fp,
-                part,
-                measured=f"squares: best variant / best library "
-                f"{', '.join(f'{r:.2f}' for r in sq['ratio'])}; "
-                f"rectangular layer types (1-11): {int((rect['ratio'] >= 1).sum())} of {len(rect)} "
-                f"at or above" + _rounds_note(pd.concat([sq, rect])),
-                verdict=_verdict(holds),
-                statistic="median GFLOP/s, best family member (model blocks, default tile) over the "
-                "best library "
-                "per workload; reproduced if within 10% on every square and at or above on every rectangular "
-                "layer type measured, partial if one holds. Table: per workload, then each variant's scheme",
-                image=image,
-                csv=csv,
-                table=table.round(3).to_dict("records") + schemes,
-                ours=float(sq["ratio"].min()) if len(sq) else None,
-                paper_value=meta["paper_numbers"]["square_ratio"],
-                unit="x (best variant / best library, worst square)",
-            )
+        return paper_figure(
+            name,
+            fp,
+            part,
+            measured=f"squares: best variant / best library "
+            f"{', '.join(f'{r:.2f}' for r in sq['ratio'])}; "
+            f"rectangular layer types (1-11): {int((rect['ratio'] >= 1).sum())} of {len(rect)} "
+            f"at or above" + _rounds_note(pd.concat([sq, rect])),
+            verdict=_verdict(holds),
+            statistic="median GFLOP/s, best family member (model blocks, default tile) over the "
+            "best library "
+            "per workload; reproduced if within 10% on every square and at or above on every rectangular "
+            "layer type measured, partial if one holds. Table: per workload, then each variant's scheme",
+            image=image,
+            csv=csv,
+            table=table.round(3).to_dict("records") + schemes,
+            ours=float(sq["ratio"].min()) if len(sq) else None,
+            paper_value=meta["paper_numbers"]["square_ratio"],
+            unit="x (best variant / best library, worst square)",
         )
-    return figures
+
+    return ctx.per_machine(data, one, machine="fp")
 
 
 def _rounds_note(table: pd.DataFrame) -> str:
@@ -534,21 +534,22 @@ def _rounds_note(table: pd.DataFrame) -> str:
 
 
 # -- beyond the paper's model: issue 33's target --------------------------------------------------------
-def tuned(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
+def tuned(ctx: FigureContext) -> list[PaperFigure]:
     """The best of conf/space/gemm_tuned.yaml per workload (kc = whole k, A unpacked, the next C tile
     prefetched) and the paper's choice (B3A2C0, model blocks) over the best library, round by round."""
+    summary = ctx.summary
     name = "gemm_tuned"
     meta = CLAIMS[name]
     data = frame(summary, meta["experiment"])
-    figures = []
-    for fp, part in data.groupby("fp") if not data.empty else []:
+
+    def one(fp: str, part: pd.DataFrame) -> PaperFigure | None:
         ours = part[part["kind"] == "scheme"].assign(
             paper=lambda d: (
                 (d["variant"] == "B3A2C0") & ~d["label"].str.contains("prefetch=") & (d["pack"] == "both")
             ),
         )
         if ours.empty:
-            continue
+            return None
         libs = _libs_best(part)
         rows = []
         for who, pick in (("paper's model (B3A2C0)", ours[ours["paper"]]), ("best tuned", ours)):
@@ -574,45 +575,45 @@ def tuned(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
         ax.tick_params(axis="x", rotation=60)
         ax.set(xlabel="", ylabel="ours / best library (median; line: round range)")
         ax.legend(fontsize=8)
-        image, csv = save_figure(fig, table, out_dir, f"{name}-{fp}")
+        image, csv = ctx.save(fig, table, f"{name}-{fp}")
         best = table[table["who"] == "best tuned"]
         rect = best[best["layer_type"].notna() & (best["layer_type"] <= 11)].dropna(subset=["ratio"])
         sq = best[best["square"].notna()].dropna(subset=["ratio"])
         won = int((rect["ratio"] >= 1.0).sum())
         need = meta["paper_numbers"]["rect_won"]
         every_round = int((rect["ratio min"] >= 1.0).sum()) if rect["rounds"].gt(1).any() else won
-        figures.append(
-            paper_figure(
-                name,
-                fp,
-                part,
-                measured=f"rectangular types 1-11: best tuned at or above the best library on {won} of "
-                f"{len(rect)} ({every_round} in every round), geomean "
-                f"{math.exp(rect['ratio'].map(math.log).mean()) if len(rect) else math.nan:.2f}"
-                + (f"; squares {', '.join(f'{r:.2f}' for r in sq['ratio'])}" if len(sq) else "")
-                + _rounds_note(pd.concat([sq, rect])),
-                verdict="reproduced" if len(rect) >= 11 and won >= need else "partial" if won else "differs",
-                statistic="median GFLOP/s of the best gemm_tuned candidate over the best library per "
-                "workload (interleaved rounds: the range of the per-round ratio); the target holds if at or "
-                f"above on >= {need} of the 11 rectangular types",
-                image=image,
-                csv=csv,
-                table=table.round(3).to_dict("records"),
-                ours=float(won),
-                paper_value=float(need),
-                unit="rectangular types at or above the best library (of 11)",
-            )
+        return paper_figure(
+            name,
+            fp,
+            part,
+            measured=f"rectangular types 1-11: best tuned at or above the best library on {won} of "
+            f"{len(rect)} ({every_round} in every round), geomean "
+            f"{math.exp(rect['ratio'].map(math.log).mean()) if len(rect) else math.nan:.2f}"
+            + (f"; squares {', '.join(f'{r:.2f}' for r in sq['ratio'])}" if len(sq) else "")
+            + _rounds_note(pd.concat([sq, rect])),
+            verdict="reproduced" if len(rect) >= 11 and won >= need else "partial" if won else "differs",
+            statistic="median GFLOP/s of the best gemm_tuned candidate over the best library per "
+            "workload (interleaved rounds: the range of the per-round ratio); the target holds if at or "
+            f"above on >= {need} of the 11 rectangular types",
+            image=image,
+            csv=csv,
+            table=table.round(3).to_dict("records"),
+            ours=float(won),
+            paper_value=float(need),
+            unit="rectangular types at or above the best library (of 11)",
         )
-    return figures
+
+    return ctx.per_machine(data, one, machine="fp")
 
 
 # -- the cache model vs the blocks around it --------------------------------------------------------------
-def model(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
+def model(ctx: FigureContext) -> list[PaperFigure]:
+    summary = ctx.summary
     name = "gemm_model"
     meta = CLAIMS[name]
     data = frame(summary, meta["experiment"])
-    figures = []
-    for fp, part in data.groupby("fp") if not data.empty else []:
+
+    def one(fp: str, part: pd.DataFrame) -> PaperFigure | None:
         ours = part[(part["kind"] == "scheme") & part["blocks"].notna()]
         rows = []
         for wl, w in ours.groupby("workload"):
@@ -633,7 +634,7 @@ def model(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
                 }
             )
         if not rows:
-            continue
+            return None
         table = pd.DataFrame(rows)
         fig, ax = plt.subplots(figsize=(9, 4))
         sns.stripplot(data=ours, x="workload", y="gflops", color="#888", ax=ax, size=4)
@@ -647,30 +648,29 @@ def model(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
             marker="D",
         )
         ax.set(xlabel="", ylabel="GFLOP/s (median); red: the model's blocks")
-        image, csv = save_figure(fig, table, out_dir, f"{name}-{fp}")
+        image, csv = ctx.save(fig, table, f"{name}-{fp}")
         worst = float(table["gap %"].max())
         near, part_limit = meta["paper_numbers"]["near"], meta["paper_numbers"]["partial"]
         verdict = "reproduced" if worst <= near else "partial" if worst <= part_limit else "differs"
-        figures.append(
-            paper_figure(
-                name,
-                fp,
-                part,
-                measured=f"the model's blocks are {', '.join(f'{g:.1f}%' for g in table['gap %'])} "
-                f"below the best "
-                f"blocks around them ({', '.join(table['workload'])})",
-                verdict=verdict,
-                statistic=f"median GFLOP/s of the model's (mc, nc, kc) vs the best of the blocks swept "
-                f"around it (x0.25..x2); reproduced if within {near:g}% on every workload, partial within "
-                f"{part_limit:g}%",
-                image=image,
-                csv=csv,
-                table=table.round(2).to_dict("records"),
-                ours=worst,
-                unit="% below the best blocks (worst workload)",
-            )
+        return paper_figure(
+            name,
+            fp,
+            part,
+            measured=f"the model's blocks are {', '.join(f'{g:.1f}%' for g in table['gap %'])} "
+            f"below the best "
+            f"blocks around them ({', '.join(table['workload'])})",
+            verdict=verdict,
+            statistic=f"median GFLOP/s of the model's (mc, nc, kc) vs the best of the blocks swept "
+            f"around it (x0.25..x2); reproduced if within {near:g}% on every workload, partial within "
+            f"{part_limit:g}%",
+            image=image,
+            csv=csv,
+            table=table.round(2).to_dict("records"),
+            ours=worst,
+            unit="% below the best blocks (worst workload)",
         )
-    return figures
+
+    return ctx.per_machine(data, one, machine="fp")
 
 
 FIGURES = [fig13, fig16, fig19, fig20, fig21, headline, tuned, model]

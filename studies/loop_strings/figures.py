@@ -4,7 +4,6 @@ vs measured performance (Fig 6). Model predictions are read from ``<results>/par
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import matplotlib.pyplot as plt
@@ -12,13 +11,9 @@ import pandas as pd
 from scipy.stats import gmean
 
 from harness import distributions as dist
-from reports.figures import CLAIMS, PaperFigure, paper_figure, results_dir_of, save_figure
+from reports.figures import CLAIMS, FigureContext, PaperFigure, paper_figure
 
 PREFIX = "parlooper-gemm-"
-
-
-def _results_dir(out_dir: Path) -> Path:
-    return results_dir_of(out_dir)
 
 
 CONV_PREFIX = "parlooper-conv-"
@@ -31,25 +26,23 @@ def _rows(summary: pd.DataFrame, prefix: str = PREFIX) -> pd.DataFrame:
     return ok.copy()
 
 
-def gemm_vs_onednn(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
+def gemm_vs_onednn(ctx: FigureContext) -> list[PaperFigure]:
     """Fig 2/4: per GEMM shape the best loop string vs oneDNN (and other baselines), fp32."""
-    return _vs_onednn(summary, out_dir, PREFIX, "parlooper_fig2_gemm", "GEMM MxNxK, threads")
+    return _vs_onednn(ctx, PREFIX, "parlooper_fig2_gemm", "GEMM MxNxK, threads")
 
 
-def conv_vs_onednn(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
+def conv_vs_onednn(ctx: FigureContext) -> list[PaperFigure]:
     """Fig 7: per ResNet-50 layer the best loop string vs oneDNN's convolution, fp32."""
-    return _vs_onednn(summary, out_dir, CONV_PREFIX, "parlooper_fig7_conv", "ResNet-50 layer, threads")
+    return _vs_onednn(ctx, CONV_PREFIX, "parlooper_fig7_conv", "ResNet-50 layer, threads")
 
 
-def _vs_onednn(
-    summary: pd.DataFrame, out_dir: Path, prefix: str, claim: str, xlabel: str
-) -> list[PaperFigure]:
-    ok = _rows(summary, prefix)
+def _vs_onednn(ctx: FigureContext, prefix: str, claim: str, xlabel: str) -> list[PaperFigure]:
+    ok = _rows(ctx.summary, prefix)
     if ok.empty:
         return []
     meta = CLAIMS[claim]["paper_numbers"]
     figures = []
-    for fp, part in ok.groupby("machine_fingerprint"):
+    for fp, part in ctx.machines(ok):
         rows = []
         for exp, e in part.groupby("experiment"):
             strings = e[e["candidate_kind"] == "loop_string"]
@@ -77,7 +70,7 @@ def _vs_onednn(
         gf.index = [i.removeprefix(prefix) for i in gf.index]
         gf.plot.bar(ax=ax, rot=30 if len(gf) > 4 else 0)
         ax.set(ylabel="GFLOP/s (median)", xlabel=xlabel)
-        image, csv = save_figure(fig, data, out_dir, f"{claim}-{fp}")
+        image, csv = ctx.save(fig, data, f"{claim}-{fp}")
         target = meta["target_geomean"]
         figures.append(
             paper_figure(
@@ -99,18 +92,19 @@ def _vs_onednn(
     return figures
 
 
-def model_vs_measured(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
+def model_vs_measured(ctx: FigureContext) -> list[PaperFigure]:
     """Fig 6: predicted vs measured performance per string; does the top-5 contain the measured best?"""
+    summary = ctx.summary
     from scipy.stats import spearmanr
 
     from studies.loop_strings.commands.loop_strings import load_model
 
     ok = _rows(summary)
-    model = load_model(_results_dir(out_dir))
+    model = load_model(ctx.results_dir)
     if ok.empty or model.empty:
         return []
     figures = []
-    for fp, part in ok.groupby("machine_fingerprint"):
+    for fp, part in ctx.machines(ok):
         strings = part[part["candidate_kind"] == "loop_string"]
         j = strings.merge(model[model["machine_fingerprint"] == fp], on=["experiment", "candidate_key"])
         if j.empty:
@@ -134,8 +128,8 @@ def model_vs_measured(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]
                 reach.append(f"{exp.removeprefix(PREFIX)} {ours:.3f} (random {len(top)}: {chance:.3f})")
             if len(e) >= 3:
                 rhos.append(float(spearmanr(e["predicted_flops_per_cycle"], e["gflops_median"])[0]))
-        image, csv = save_figure(fig, j[["experiment", "loop_string", "options", "predicted_cycles",
-                                   "predicted_flops_per_cycle", "in_top5_classes", "gflops_median"]], out_dir,
+        image, csv = ctx.save(fig, j[["experiment", "loop_string", "options", "predicted_cycles",
+                                   "predicted_flops_per_cycle", "in_top5_classes", "gflops_median"]],
                            f"parlooper_fig6_model-{fp}")  # fmt: skip
         frac = sum(hits) / len(hits)
         figures.append(

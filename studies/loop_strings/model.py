@@ -16,11 +16,11 @@ schedule is modelled as static), PAR-MODE 2 by the thread grid, as the generated
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from harness import cachesim
+from harness import cachesim, interrupt
 from studies.loop_strings import kernels as lsm
 
 # Bytes per cycle each level can feed one core (AVX2-class x86: 2 x 32 B loads/cycle from L1; typical
@@ -163,12 +163,21 @@ def top_classes(predicted: Mapping[Any, float], n: int = 5, rel: float = 1e-3) -
 
 
 def rank(
-    candidates: Sequence[Any], sizes: Mapping[str, int], cfg: cachesim.CacheConfig, nthreads: int = 1
+    candidates: Sequence[Any],
+    sizes: Mapping[str, int],
+    cfg: cachesim.CacheConfig,
+    nthreads: int = 1,
+    progress: Callable[[int, int], None] | None = None,
 ) -> list[tuple[Any, Prediction]]:
-    """Candidates with their predictions, best (fewest cycles) first."""
+    """Candidates with their predictions, best (fewest cycles) first. The model simulates every BRGEMM call
+    (64^3 of them per string for a 2048^3 GEMM in blocks of 32): ``progress(done, total)`` is called after
+    each candidate."""
     out = []
-    for c in candidates:
+    for n, c in enumerate(candidates, 1):
+        interrupt.check()  # thousands of simulated nests: a stop requested meanwhile is honoured here
         p = lsm.gemm_params(c)
         ls = lsm.parse_loop_string(c.text)
         out.append((c, predict(ls, lsm.gemm_specs(p, sizes), p, cfg, nthreads)))
+        if progress is not None:
+            progress(n, len(candidates))
     return sorted(out, key=lambda cp: cp[1].cycles)

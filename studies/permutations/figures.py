@@ -11,14 +11,13 @@ side by side for the same machine.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from reports.figures import CLAIMS, PaperFigure, paper_figure, results_dir_of, save_figure
+from reports.figures import CLAIMS, FigureContext, PaperFigure, paper_figure
 from studies.permutations import kernels as perm
 from studies.permutations import study as permstudy
 
@@ -26,12 +25,8 @@ MAIN_CACHE = "loki"  # the thesis's configuration: headline numbers use it when 
 DEFAULT_EXPERIMENT = "permutations"  # harness permutations's default --experiment (the harness's flags)
 
 
-def _results_dir(out_dir: Path) -> Path:
-    return results_dir_of(out_dir)
-
-
-def _sim(out_dir: Path) -> pd.DataFrame:
-    return permstudy.load_sim(_results_dir(out_dir))
+def _sim(ctx: FigureContext) -> pd.DataFrame:
+    return permstudy.load_sim(ctx.results_dir)
 
 
 def _cpu(part: pd.DataFrame) -> pd.DataFrame:
@@ -93,14 +88,15 @@ def _panels(
     return panels
 
 
-def signatures(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
+def signatures(ctx: FigureContext) -> list[PaperFigure]:
     """Fig 4.3: cycles per order in SJT order, per layer (simulated), with measured time beside it."""
-    sim = _sim(out_dir)
+    summary = ctx.summary
+    sim = _sim(ctx)
     if sim.empty:
         return []
     timed = permstudy.timed_frame(summary)
     figures = []
-    for (exp, fp), part in _one_thread(sim).groupby(["experiment", "machine_fingerprint"]):
+    for (exp, fp), part in ctx.machines(_one_thread(sim), by=("experiment",)):
         cache = _headline_cache(part)
         part = part[part["cache"] == cache]
         layers = sorted(part["layer"].unique())
@@ -132,7 +128,7 @@ def signatures(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
             ax.set(ylabel="/ best", title=layer)
             ax.legend(fontsize=7, loc="upper right")
         axes[-1, 0].set_xlabel("loop order, Steinhaus-Johnson-Trotter index")
-        image, csv = save_figure(fig, pd.concat(rows), out_dir, f"permutations_fig4_3-{exp}-{fp}")
+        image, csv = ctx.save(fig, pd.concat(rows), f"permutations_fig4_3-{exp}-{fp}")
         mean_ratio = float(np.mean(ratios))
         lo, hi = CLAIMS["permutations_fig4_3"]["paper_numbers"]["worst_over_best_band"]
         figures.append(
@@ -166,15 +162,16 @@ def _winner_fig(panels: dict[str, pd.DataFrame]) -> plt.Figure:
     return fig
 
 
-def winners(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
+def winners(ctx: FigureContext) -> list[PaperFigure]:
     """Fig 4.7/4.8: average and worst-case speedup of every order over the layers; the winners."""
-    sim = _sim(out_dir)
+    summary = ctx.summary
+    sim = _sim(ctx)
     if sim.empty:
         return []
     figures = []
     meta = CLAIMS["permutations_fig4_7"]["paper_numbers"]
     timed = permstudy.timed_frame(summary)
-    for (exp, fp), part in _one_thread(sim).groupby(["experiment", "machine_fingerprint"]):
+    for (exp, fp), part in ctx.machines(_one_thread(sim), by=("experiment",)):
         cache = _headline_cache(part)
         part = part[part["cache"] == cache]
         table = permstudy.speedup_table(part)
@@ -202,8 +199,8 @@ def winners(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
             )
             measured = pd.DataFrame({"order": tt.index, "measured_average": tt.mean(axis=1)})
             data = data.merge(measured.reset_index(drop=True), on="order", how="left")
-        image, csv = save_figure(
-            fig, data.sort_values("average", ascending=False), out_dir, f"permutations_fig4_7-{exp}-{fp}"
+        image, csv = ctx.save(
+            fig, data.sort_values("average", ascending=False), f"permutations_fig4_7-{exp}-{fp}"
         )
         ours = w["top_average"]["average"]
         thesis_avg = float(table.mean(axis=1).get(thesis, float("nan")))
@@ -229,16 +226,17 @@ def winners(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
     return figures
 
 
-def pairs(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
+def pairs(ctx: FigureContext) -> list[PaperFigure]:
     """Fig 5.3: every pair of orders as an oracle picking the better one per layer (simulated, and
     measured beside it on the timed orders)."""
-    sim = _sim(out_dir)
+    summary = ctx.summary
+    sim = _sim(ctx)
     if sim.empty:
         return []
     figures = []
     meta = CLAIMS["permutations_fig5_3"]["paper_numbers"]
     timed = permstudy.timed_frame(summary)
-    for (exp, fp), part in _one_thread(sim).groupby(["experiment", "machine_fingerprint"]):
+    for (exp, fp), part in ctx.machines(_one_thread(sim), by=("experiment",)):
         cache = _headline_cache(part)
         part = part[part["cache"] == cache]
         table = permstudy.speedup_table(part)
@@ -256,7 +254,7 @@ def pairs(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
                 title=f"pairs, {name}: {tab.shape[0]} orders, {tab.shape[1]} layers",
             )  # fmt: skip
             keep.append(pr.nlargest(2000, "average").assign(source=name))
-        image, csv = save_figure(fig, pd.concat(keep), out_dir, f"permutations_fig5_3-{exp}-{fp}")
+        image, csv = ctx.save(fig, pd.concat(keep), f"permutations_fig5_3-{exp}-{fp}")
         text = [
             f"{name} ({panels[name].shape[1]} layers): best pair {top['a']} + {top['b']}: average "
             f"{top['average']:.3f}, worst {top['worst']:.3f}"
@@ -278,16 +276,17 @@ def pairs(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
     return figures
 
 
-def sorted_speedups(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
+def sorted_speedups(ctx: FigureContext) -> list[PaperFigure]:
     """Fig 5.4: each layer's speedups sorted; chance that n random orders contain a good one (simulated,
     and measured beside it on the timed orders)."""
-    sim = _sim(out_dir)
+    summary = ctx.summary
+    sim = _sim(ctx)
     if sim.empty:
         return []
     figures = []
     meta = CLAIMS["permutations_fig5_4"]["paper_numbers"]
     timed = permstudy.timed_frame(summary)
-    for (exp, fp), part in _one_thread(sim).groupby(["experiment", "machine_fingerprint"]):
+    for (exp, fp), part in ctx.machines(_one_thread(sim), by=("experiment",)):
         cache = _headline_cache(part)
         part = part[part["cache"] == cache]
         table = permstudy.speedup_table(part)
@@ -310,7 +309,7 @@ def sorted_speedups(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
                 f"{name}: hardest of {tab.shape[1]} layers has {hardest}/{n} orders >= {meta['good']}; 10 "
                 f"random orders contain one with p={p10:.3f}, 26 with p={p26:.3f}"
             )
-        image, csv = save_figure(fig, pd.concat(rows), out_dir, f"permutations_fig5_4-{exp}-{fp}")
+        image, csv = ctx.save(fig, pd.concat(rows), f"permutations_fig5_4-{exp}-{fp}")
         figures.append(
             paper_figure(
                 "permutations_fig5_4", fp, _cpu(part),
@@ -324,13 +323,13 @@ def sorted_speedups(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
     return figures
 
 
-def cache_configs(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
+def cache_configs(ctx: FigureContext) -> list[PaperFigure]:
     """Fig 5.1: average speedup per order across cache configurations (parallel coordinates)."""
-    sim = _sim(out_dir)
+    sim = _sim(ctx)
     if sim.empty:
         return []
     figures = []
-    for (exp, fp), part in _one_thread(sim).groupby(["experiment", "machine_fingerprint"]):
+    for (exp, fp), part in ctx.machines(_one_thread(sim), by=("experiment",)):
         caches = sorted(part["cache"].unique())
         # the thesis's axes are Loki hierarchies of several sizes; other models only when fewer exist
         loki_sizes = [c for c in caches if c.startswith("loki_")]
@@ -356,7 +355,7 @@ def cache_configs(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
         rhos = [float(spearmanr(avg[a], avg[b])[0]) for a, b in zip(caches, caches[1:], strict=False)]
         top10 = [set(avg[c].nlargest(10).index) for c in caches]
         common = len(set.intersection(*top10))
-        image, csv = save_figure(fig, avg.reset_index(), out_dir, f"permutations_fig5_1-{exp}-{fp}")
+        image, csv = ctx.save(fig, avg.reset_index(), f"permutations_fig5_1-{exp}-{fp}")
         ours = float(np.mean(rhos))
         figures.append(
             paper_figure(
@@ -375,14 +374,15 @@ def cache_configs(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
     return figures
 
 
-def threads(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
+def threads(ctx: FigureContext) -> list[PaperFigure]:
     """Fig 4.4/4.5 and 4.9: signatures at several thread counts; the ky/kx-outermost third."""
-    sim = _sim(out_dir)
+    summary = ctx.summary
+    sim = _sim(ctx)
     if sim.empty:
         return []
     figures = []
     timed = permstudy.timed_frame(summary)
-    for (exp, fp), part in sim[sim["partial_sums"]].groupby(["experiment", "machine_fingerprint"]):
+    for (exp, fp), part in ctx.machines(sim[sim["partial_sums"]], by=("experiment",)):
         cache = _headline_cache(part)
         part = part[part["cache"] == cache]
         ts = sorted(int(t) for t in part["threads"].unique())
@@ -413,7 +413,7 @@ def threads(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
         ax.set(xlabel="SJT index", ylabel="average speedup vs each layer's best", title=f"{exp}: {what}")
         ax.legend(fontsize=8, bbox_to_anchor=(1.01, 1), loc="upper left")  # beside the curves
         data = pd.concat(rows)
-        image, csv = save_figure(fig, data, out_dir, f"permutations_fig4_4-{exp}-{fp}")
+        image, csv = ctx.save(fig, data, f"permutations_fig4_4-{exp}-{fp}")
         tmax = data[data["threads"] == ts[-1]]
         gap = float(tmax[~tmax["kernel_outer"]]["avg"].mean() - tmax[tmax["kernel_outer"]]["avg"].mean())
         figures.append(
@@ -432,9 +432,10 @@ def threads(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
     return figures
 
 
-def validation(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
+def validation(ctx: FigureContext) -> list[PaperFigure]:
     """Simulated cycles vs measured time over the timed orders, per layer (Spearman)."""
-    sim = _sim(out_dir)
+    summary = ctx.summary
+    sim = _sim(ctx)
     timed = permstudy.timed_frame(summary)
     if sim.empty or timed.empty:
         return []
@@ -442,7 +443,7 @@ def validation(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
     if rho.empty:
         return []
     figures = []
-    for fp, part in rho.groupby("machine_fingerprint"):
+    for fp, part in ctx.machines(rho):
         t = timed[timed["machine_fingerprint"] == fp]
         caches = sorted(part["cache"].unique())
         fig, axes = plt.subplots(1, len(caches), figsize=(4.5 * len(caches), 4), squeeze=False)
@@ -462,7 +463,7 @@ def validation(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
                 )
             ax.set(xlabel=f"simulated cycles / best ({cache})", ylabel="measured time / best")
             ax.legend(fontsize=7)
-        image, csv = save_figure(fig, part, out_dir, f"permutations_validation-{fp}")
+        image, csv = ctx.save(fig, part, f"permutations_validation-{fp}")
         host = part[part["cache"] == "host"] if "host" in caches else part
         # the headline is the default study (the harness's flags); other experiments (e.g. -O0) are listed
         main = host[host["experiment"] == DEFAULT_EXPERIMENT]

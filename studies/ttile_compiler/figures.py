@@ -17,7 +17,6 @@ partial = some, differs = none.
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 from typing import Any
 
 import matplotlib
@@ -28,7 +27,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from reports.figures import CLAIMS, PaperFigure, paper_figure, save_figure  # noqa: E402
+from reports.figures import CLAIMS, FigureContext, PaperFigure, paper_figure  # noqa: E402
 
 NAME = "ttile_s4_3_compilers"
 PREFIX = "ttile_compiler-"
@@ -165,55 +164,55 @@ def plot(data: pd.DataFrame, title: str) -> plt.Figure:
     return fig
 
 
-def compilers(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
+def compilers(ctx: FigureContext) -> list[PaperFigure]:
     """One figure and table per machine (never two machines in one ratio)."""
+    summary = ctx.summary
     meta = CLAIMS[NAME]
     data = study_frame(summary)
-    figures = []
-    for fp, part in data.groupby("machine_fingerprint") if not data.empty else []:
+
+    def one(fp: str, part: pd.DataFrame) -> PaperFigure | None:
         results = checks(part)
         if not results:
-            continue
+            return None
         verdict = verdict_of(results)
         table = config_table(part)
         fig = plot(part, f"§4.3 compiler study on {part['cpu_model'].iloc[0]}")
         cols = ["microkernel", "cc", "opt", "fma", "hoist", "pct", "pct_peak_median_ci_low",
                 "pct_peak_median_ci_high", "flags", "label", "experiment"]  # fmt: skip
-        image, csv = save_figure(fig, part[cols], out_dir, f"{NAME}-{fp}")  # CSV: every plotted point
+        image, csv = ctx.save(fig, part[cols], f"{NAME}-{fp}")  # CSV: every plotted point
         ref = table[table["fma"] & table["hoist"]]
         best = ref.loc[ref["median_pct"].idxmax()] if len(ref) else None
-        figures.append(
-            paper_figure(
-                NAME,
-                fp,
-                part,
-                measured=(
-                    f"{part['microkernel'].nunique()} microkernel(s) x {len(table)} configuration(s). "
-                    + "; ".join(
-                        f"{name}: {'holds' if ok else 'does not hold'} ({why})" for name, ok, why in results
-                    )
-                ),
-                verdict=verdict,
-                statistic=(
-                    "paired ratios of median % of calibrated peak (same microkernel, one switch changed), "
-                    f"median over microkernels; A holds if O2/O3 is within {EQUAL:.0%} of 1 for every "
-                    f"compiler, B if O2/O3 <= {SLOWER} for some compiler, C if the largest hoisted/unhoisted "
-                    f"ratio is >= {HOIST_GAIN}; reproduced = every measured statement holds, partial = some"
-                ),
-                image=image,
-                csv=csv,
-                table=table.round(2).to_dict("records"),
-                **_optional(
-                    ours=float(best["median_pct"]) if best is not None else None,
-                    unit=f"% of peak, best configuration ({best['cc']} -{best['opt']}, fma+hoist)"
-                    if best is not None
-                    else "",
-                    paper_value=float(meta["paper_numbers"]["with"]),
-                    experiments=sorted(part["experiment"].unique()),
-                ),
-            )
+        return paper_figure(
+            NAME,
+            fp,
+            part,
+            measured=(
+                f"{part['microkernel'].nunique()} microkernel(s) x {len(table)} configuration(s). "
+                + "; ".join(
+                    f"{name}: {'holds' if ok else 'does not hold'} ({why})" for name, ok, why in results
+                )
+            ),
+            verdict=verdict,
+            statistic=(
+                "paired ratios of median % of calibrated peak (same microkernel, one switch changed), "
+                f"median over microkernels; A holds if O2/O3 is within {EQUAL:.0%} of 1 for every "
+                f"compiler, B if O2/O3 <= {SLOWER} for some compiler, C if the largest hoisted/unhoisted "
+                f"ratio is >= {HOIST_GAIN}; reproduced = every measured statement holds, partial = some"
+            ),
+            image=image,
+            csv=csv,
+            table=table.round(2).to_dict("records"),
+            **_optional(
+                ours=float(best["median_pct"]) if best is not None else None,
+                unit=f"% of peak, best configuration ({best['cc']} -{best['opt']}, fma+hoist)"
+                if best is not None
+                else "",
+                paper_value=float(meta["paper_numbers"]["with"]),
+                experiments=sorted(part["experiment"].unique()),
+            ),
         )
-    return figures
+
+    return ctx.per_machine(data, one)
 
 
 FIGURES = [compilers]

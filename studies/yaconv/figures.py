@@ -22,7 +22,7 @@ import pandas as pd
 import seaborn as sns
 
 from harness.cachegrind import SOURCE
-from reports.figures import CLAIMS, PaperFigure, mean_ci, ok_rows, paper_figure, results_dir_of, save_figure
+from reports.figures import CLAIMS, FigureContext, PaperFigure, mean_ci, ok_rows, paper_figure
 
 YACONV, OURS, IM2COL = "yaconv (ukr=blis)", "yaconv (ukr=ours)", "im2col (gemm=blis)"
 AUTO = "yaconv (shape=auto,ukr=ours)"  # our microkernel in the shape chosen per layer (choose_shape)
@@ -70,21 +70,27 @@ def ratios(summary: pd.DataFrame, experiment: str) -> dict[str, pd.DataFrame]:
             wide["ours / blis ukr"] = wide[OURS] / wide[YACONV]
         if AUTO in wide:
             wide["ours auto / im2col"] = wide[AUTO] / wide[IM2COL]
+        # each algorithm at its best on this machine: any microkernel for YaConv, any sgemm for im2col
+        algos = [c for c in wide.columns if isinstance(c, str) and c.startswith(("yaconv (", "im2col ("))]
+        yc = [c for c in algos if c.startswith("yaconv")]
+        ic = [c for c in algos if c.startswith("im2col")]
+        if len(yc) > 1 or len(ic) > 1:
+            wide["best yaconv / best im2col"] = wide[yc].max(axis=1) / wide[ic].max(axis=1)
         wide["layer"] = wide["workload"].map(layer_label)
         out[str(fp)] = wide.sort_values("ratio").reset_index(drop=True)
     return out
 
 
-def _results_dirs(out_dir: Path) -> list[Path]:
+def _results_dirs(results_dir: Path) -> list[Path]:
     dirs = [Path(os.environ["HARNESS_RESULTS"])] if os.environ.get("HARNESS_RESULTS") else []
-    return dirs + [results_dir_of(out_dir)]
+    return dirs + [results_dir]
 
 
-def counters(out_dir: Path) -> pd.DataFrame:
+def counters(results_dir: Path) -> pd.DataFrame:
     """Cachegrind rows (one per workload and algorithm label, per machine) with their per-call counts."""
     from harness import store
 
-    for d in _results_dirs(out_dir):
+    for d in _results_dirs(results_dir):
         if (d / "rows" / "yaconv_cachegrind").is_dir() or (d / "yaconv_cachegrind").is_dir():
             df = store.load(d, "yaconv_cachegrind")
             df = df[df["status"] == "ok"]
@@ -113,9 +119,10 @@ def counter_ratios(cg: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index()
 
 
-def fig5_3(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
+def fig5_3(ctx: FigureContext) -> list[PaperFigure]:
+    summary = ctx.summary
     meta = CLAIMS["yaconv_fig5_3"]
-    cg = counter_ratios(counters(out_dir))
+    cg = counter_ratios(counters(ctx.results_dir))
     figures = []
     for experiment in LAYER_EXPERIMENTS:
         for fp, wide in ratios(summary, experiment).items():
@@ -140,7 +147,7 @@ def fig5_3(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
             ax.set(ylabel="ratio", xlabel="layer: H W C Fh Fw M Ph Pw (sorted by GFLOPS ratio)")
             ax.legend(fontsize=7)
             stem = f"yaconv_fig5_3-{experiment}-{fp}"
-            image, csv = save_figure(fig, wide, out_dir, stem)
+            image, csv = ctx.save(fig, wide, stem)
             extra = ""
             if "ours / blis ukr" in wide:
                 og, olo, ohi = geomean_ci(wide["ours / blis ukr"])
@@ -152,6 +159,14 @@ def fig5_3(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
                 extra += (
                     f"; YaConv with our microkernel in the shape chosen per layer / im2col: x{ag:.2f} "
                     f"[{alo:.2f}, {ahi:.2f}]"
+                )
+            if "best yaconv / best im2col" in wide:
+                best = wide["best yaconv / best im2col"].dropna()
+                bg, blo, bhi = geomean_ci(best)
+                extra += (
+                    f"; the best YaConv / the best im2col (any microkernel / any sgemm measured) per layer: "
+                    f"x{bg:.2f} [{blo:.2f}, {bhi:.2f}], YaConv slower on {int((best < 1).sum())} of "
+                    f"{len(best)}"
                 )
             if "branches" in wide and wide["branches"].notna().any():
                 br = wide["branches"].dropna()
@@ -191,8 +206,9 @@ def fig5_3(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
     return figures
 
 
-def memory(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
+def memory(ctx: FigureContext) -> list[PaperFigure]:
     """Temporary-buffer bytes per layer from the buffer formulas the kernels allocate (kernels.py here)."""
+    summary = ctx.summary
     from kernels.candidate import Workload
     from studies.yaconv.kernels import (
         OUR_BLOCKS,
@@ -205,9 +221,9 @@ def memory(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
     from studies.yaconv.kernels import geometry as yc_geometry
 
     meta = CLAIMS["yaconv_memory"]
-    figures = []
     ok = ok_rows(summary, "yaconv_layers")
-    for fp, part in ok.groupby("machine_fingerprint"):
+
+    def one(fp: str, part: pd.DataFrame) -> PaperFigure | None:
         lines = []
         for wl in sorted(part["workload"].unique()):
             g = geometry(wl)
@@ -226,7 +242,7 @@ def memory(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
             lines.append({"layer": layer_label(wl), "output bytes": 4 * oh * oh * g["M"], "im2col bytes": im,
                           "yaconv bytes": ya, "im2col / yaconv": im / ya})  # fmt: skip
         if not lines:
-            continue
+            return None
         data = pd.DataFrame(lines).sort_values("output bytes")
         gm, lo, hi = geomean_ci(data["im2col / yaconv"])
         fig, ax = plt.subplots(figsize=(7, 4.5))
@@ -234,7 +250,7 @@ def memory(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
         ax.loglog(data["output bytes"], data["yaconv bytes"], "s", label="YaConv pack buffers + tile")
         ax.set(xlabel="output bytes per image", ylabel="temporary buffer bytes")
         ax.legend()
-        image, csv = save_figure(fig, data, out_dir, f"yaconv_memory-{fp}")
+        image, csv = ctx.save(fig, data, f"yaconv_memory-{fp}")
         corr = (
             float(np.corrcoef(np.log(data["output bytes"]), np.log(data["yaconv bytes"]))[0, 1])
             if len(data) > 2
@@ -243,42 +259,42 @@ def memory(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
         verdict = (
             "reproduced" if gm >= meta["paper_numbers"]["ratio"] / 2 else "partial" if gm > 1 else "differs"
         )
-        figures.append(
-            paper_figure(
-                "yaconv_memory",
-                fp,
-                part,
-                measured=f"im2col needs x{gm:.1f} [{lo:.1f}, {hi:.1f}] (geomean) the temporary bytes of "
-                f"YaConv over {len(data)} layers; YaConv's buffers stay below "
-                f"{data['yaconv bytes'].max() / 2**20:.1f} MiB "
-                f"(kc*nc + mc*kc floats), im2col's reach {data['im2col bytes'].max() / 2**20:.1f} MiB",
-                verdict=verdict,
-                statistic="geomean over layers of im2col / YaConv temporary-buffer bytes (our microkernel's "
-                "blocking mc=144, kc=256, nc=4080; exact, from the allocation formulas); "
-                "reproduced within 2x "
-                f"of the paper's 10x; log-log correlation of YaConv bytes with output bytes {corr:.2f}",
-                image=image,
-                csv=csv,
-                table=data.round(2).to_dict("records"),
-                ours=gm,
-                ours_ci=(lo, hi),
-                paper_value=meta["paper_numbers"]["ratio"],
-                unit="x (bytes im2col / YaConv)",
-            )  # fmt: skip
-        )
-    return figures
+        return paper_figure(
+            "yaconv_memory",
+            fp,
+            part,
+            measured=f"im2col needs x{gm:.1f} [{lo:.1f}, {hi:.1f}] (geomean) the temporary bytes of "
+            f"YaConv over {len(data)} layers; YaConv's buffers stay below "
+            f"{data['yaconv bytes'].max() / 2**20:.1f} MiB "
+            f"(kc*nc + mc*kc floats), im2col's reach {data['im2col bytes'].max() / 2**20:.1f} MiB",
+            verdict=verdict,
+            statistic="geomean over layers of im2col / YaConv temporary-buffer bytes (our microkernel's "
+            "blocking mc=144, kc=256, nc=4080; exact, from the allocation formulas); "
+            "reproduced within 2x "
+            f"of the paper's 10x; log-log correlation of YaConv bytes with output bytes {corr:.2f}",
+            image=image,
+            csv=csv,
+            table=data.round(2).to_dict("records"),
+            ours=gm,
+            ours_ci=(lo, hi),
+            paper_value=meta["paper_numbers"]["ratio"],
+            unit="x (bytes im2col / YaConv)",
+        )  # fmt: skip
+
+    return ctx.per_machine(ok, one)
 
 
-def counter_figure(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
+def counter_figure(ctx: FigureContext) -> list[PaperFigure]:
+    summary = ctx.summary
     meta = CLAIMS["yaconv_counters"]
-    cg = counters(out_dir)
+    cg = counters(ctx.results_dir)
     if cg.empty:
         return []
-    figures = []
-    for fp, part_cg in cg.groupby("machine_fingerprint"):
+
+    def one(fp: str, part_cg: pd.DataFrame) -> PaperFigure | None:
         r = counter_ratios(part_cg).dropna(subset=["l1_accesses", "branches"])
         if r.empty:
-            continue
+            return None
         r["layer"] = r["workload"].map(layer_label)
         long = r.melt(id_vars="layer", value_vars=["l1_accesses", "branches", "ll_accesses", "ll_misses"],
                       var_name="count", value_name="YaConv / im2col")  # fmt: skip
@@ -288,7 +304,7 @@ def counter_figure(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
         ax.axhline(1 / meta["paper_numbers"]["cache_access_reduction"], ls="--", c="#888", lw=1)
         ax.set_title(SOURCE, fontsize=9)
         ax.tick_params(axis="x", rotation=90, labelsize=7)
-        image, csv = save_figure(fig, r, out_dir, f"yaconv_counters-{fp}")
+        image, csv = ctx.save(fig, r, f"yaconv_counters-{fp}")
         fewer_br = float((r["branches"] < 1).mean())
         gm, lo, hi = geomean_ci(1 / r["l1_accesses"])
         verdict = (
@@ -299,49 +315,49 @@ def counter_figure(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
             else "differs"
         )
         sub = summary[summary["machine_fingerprint"] == fp]
-        figures.append(
-            paper_figure(
-                "yaconv_counters",
-                fp,
-                sub if not sub.empty else summary,
-                measured=f"YaConv executes fewer branches on {fewer_br:.0%} of {len(r)} layers; L1 accesses "
-                f"im2col / YaConv x{gm:.2f} [{lo:.2f}, {hi:.2f}] geomean; "
-                f"LL accesses ratio YaConv/im2col median "
-                f"{r['ll_accesses'].median():.2f} ({SOURCE})",
-                verdict=verdict,
-                statistic=f"per-call counts from {SOURCE}; reproduced if every layer has fewer branches and "
-                "the geomean L1-access reduction is within 2x of the paper's 5x",
-                image=image,
-                csv=csv,
-                table=r.drop(columns=["workload"]).round(3).to_dict("records"),
-                ours=gm,
-                ours_ci=(lo, hi),
-                paper_value=meta["paper_numbers"]["cache_access_reduction"],
-                unit="x (L1 accesses im2col / YaConv)",
-            )  # fmt: skip
-        )
-    return figures
+        return paper_figure(
+            "yaconv_counters",
+            fp,
+            sub if not sub.empty else summary,
+            measured=f"YaConv executes fewer branches on {fewer_br:.0%} of {len(r)} layers; L1 accesses "
+            f"im2col / YaConv x{gm:.2f} [{lo:.2f}, {hi:.2f}] geomean; "
+            f"LL accesses ratio YaConv/im2col median "
+            f"{r['ll_accesses'].median():.2f} ({SOURCE})",
+            verdict=verdict,
+            statistic=f"per-call counts from {SOURCE}; reproduced if every layer has fewer branches and "
+            "the geomean L1-access reduction is within 2x of the paper's 5x",
+            image=image,
+            csv=csv,
+            table=r.drop(columns=["workload"]).round(3).to_dict("records"),
+            ours=gm,
+            ours_ci=(lo, hi),
+            paper_value=meta["paper_numbers"]["cache_access_reduction"],
+            unit="x (L1 accesses im2col / YaConv)",
+        )  # fmt: skip
+
+    return ctx.per_machine(cg, one)
 
 
-def _heatmap(wide: pd.DataFrame, x: str, y: str, fp: str, name: str, out_dir: Path) -> tuple[str, str]:
+def _heatmap(ctx: FigureContext, wide: pd.DataFrame, x: str, y: str, fp: str, name: str) -> tuple[str, str]:
     grid = wide.pivot_table(index=y, columns=x, values="ratio").sort_index(ascending=False)
     fig, ax = plt.subplots(figsize=(0.5 * grid.shape[1] + 3, 0.35 * grid.shape[0] + 2))
     sns.heatmap(grid.clip(upper=4), annot=grid.shape[1] <= 14, fmt=".2f", cmap="RdBu", center=1, ax=ax,
                 cbar_kws={"label": "GFLOPS YaConv / im2col (clipped at 4)"})  # fmt: skip
-    return save_figure(fig, wide, out_dir, f"{name}-{fp}")
+    return ctx.save(fig, wide, f"{name}-{fp}")
 
 
 def _nr() -> int | None:
     try:
         from studies.yaconv.kernels import blis_context
 
-        ctx = blis_context()
-        return int(ctx["nr"] if ctx["prefers_cols"] else ctx["mr"])  # type: ignore[call-overload]
+        blis = blis_context()
+        return int(blis["nr"] if blis["prefers_cols"] else blis["mr"])  # type: ignore[call-overload]
     except Exception:  # noqa: BLE001 - no BLIS where the report is built: the period is not checked
         return None
 
 
-def fig5_4(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
+def fig5_4(ctx: FigureContext) -> list[PaperFigure]:
+    summary = ctx.summary
     figures = []
     for fp, wide in ratios(summary, "yaconv_fig5_4").items():
         g = wide["workload"].map(geometry).apply(pd.Series)
@@ -349,7 +365,7 @@ def fig5_4(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
         # our kernels run on the materialised padded image: H + 2P rows go through the NR-row panels
         wide["rows"] = wide["H"] + 2 * wide["P"]
         part = summary[(summary["experiment"] == "yaconv_fig5_4") & (summary["machine_fingerprint"] == fp)]
-        image, csv = _heatmap(wide, "H", "M", fp, "yaconv_fig5_4", out_dir)
+        image, csv = _heatmap(ctx, wide, "H", "M", fp, "yaconv_fig5_4")
         nr = _nr()
         rho = float(wide["ratio"].corr(wide["M"], method="spearman"))
         if nr:
@@ -380,13 +396,14 @@ def fig5_4(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
     return figures
 
 
-def fig5_6(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
+def fig5_6(ctx: FigureContext) -> list[PaperFigure]:
+    summary = ctx.summary
     figures = []
     for fp, wide in ratios(summary, "yaconv_fig5_6").items():
         g = wide["workload"].map(geometry).apply(pd.Series)
         wide = pd.concat([wide, g[["C", "M"]]], axis=1)
         part = summary[(summary["experiment"] == "yaconv_fig5_6") & (summary["machine_fingerprint"] == fp)]
-        image, csv = _heatmap(wide, "C", "M", fp, "yaconv_fig5_6", out_dir)
+        image, csv = _heatmap(ctx, wide, "C", "M", fp, "yaconv_fig5_6")
         small, rest = wide[wide["C"] < 60]["ratio"], wide[wide["C"] >= 60]["ratio"]
         gs, gr = geomean_ci(small)[0], geomean_ci(rest)[0]
         gm, lo, hi = geomean_ci(wide["ratio"])

@@ -18,6 +18,7 @@ import argparse
 import datetime as dt
 import json
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -124,25 +125,32 @@ def main(argv: list[str]) -> None:
             )
         except lsm.LoopStringError as exc:
             _fail(str(exc))
-        ranked = parlooper_model.rank(cands, sizes, cfg, args.threads)
-        predicted = {c.key: pr.cycles for c, pr in ranked}
-        top = parlooper_model.top_classes(predicted)
-        timed = [c for c, _ in ranked] if args.time == "all" else [c for c, _ in ranked[:n_time]]
         shape = f"{mm}x{nn}x{kk}"
         name = f"{args.experiment}-gemm-{shape}-t{args.threads}"
-        model = pd.DataFrame([
-            {"experiment": name, "candidate_key": c.key, "loop_string": c.text,
-             "options": json.dumps(dict(c.options), sort_keys=True, default=list),
-             "predicted_cycles": pr.cycles,
-             "predicted_flops_per_cycle": pr.gflops_per_ghz, "model_rank": k, "in_top5_classes": c.key in top,
-             "cache": cfg.name, "cache_key": cfg.key, "threads": args.threads,
-             "machine_fingerprint": m.fingerprint,
-             "cpu_model": m.model_name, "timestamp": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
-            for k, (c, pr) in enumerate(ranked)
-        ])  # fmt: skip
         out = args.results / MODEL_DIR / f"{name}-{m.fingerprint}.parquet"
-        out.parent.mkdir(parents=True, exist_ok=True)
-        model.to_parquet(out, index=False)
+        model = stored_model(out, cands, cfg, args.threads)
+        if model is None:
+            ranked = parlooper_model.rank(cands, sizes, cfg, args.threads, Progress(name))
+            predicted = {c.key: pr.cycles for c, pr in ranked}
+            top = parlooper_model.top_classes(predicted)
+            model = pd.DataFrame([
+                {"experiment": name, "candidate_key": c.key, "loop_string": c.text,
+                 "options": json.dumps(dict(c.options), sort_keys=True, default=list),
+                 "predicted_cycles": pr.cycles,
+                 "predicted_flops_per_cycle": pr.gflops_per_ghz, "model_rank": k,
+                 "in_top5_classes": c.key in top, "cache": cfg.name, "cache_key": cfg.key,
+                 "threads": args.threads, "machine_fingerprint": m.fingerprint, "cpu_model": m.model_name,
+                 "timestamp": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
+                for k, (c, pr) in enumerate(ranked)
+            ])  # fmt: skip
+            out.parent.mkdir(parents=True, exist_ok=True)
+            model.to_parquet(out, index=False)
+        else:
+            print(f"[{name}] the model's predictions of these {len(model)} strings reused from {out}",
+                  file=sys.stderr, flush=True)  # fmt: skip
+        by_key = {c.key: c for c in cands}
+        ranked_cands = [by_key[k] for k in model.sort_values("model_rank")["candidate_key"]]
+        timed = ranked_cands if args.time == "all" else ranked_cands[:n_time]
         libs = baselines(args)
         timing = config.timing(  # the hot group, as harness run's, with this study's repetitions
             "hot", warmup=2, min_reps=5, max_reps=args.max_reps, max_seconds=1.0, threads=args.threads
@@ -151,6 +159,40 @@ def main(argv: list[str]) -> None:
         exp = Experiment(name, w, timed + libs, timing=timing, results_dir=args.results)
         run_experiment(exp, machine=m)
     report(args.results, args.experiment)
+
+
+def stored_model(
+    path: Path, cands: list[Candidate], cfg: cachesim.CacheConfig, threads: int
+) -> pd.DataFrame | None:
+    """The predictions a previous run stored for exactly these candidates, cache and threads (the model
+    simulates every BRGEMM call: half an hour for 1000 strings of a 1024^3 GEMM), else None."""
+    if not path.is_file():
+        return None
+    try:
+        model = pd.read_parquet(path)
+    except Exception:  # noqa: BLE001 - a file cut by a crash: predict again
+        return None
+    same = (
+        set(model["candidate_key"]) == {c.key for c in cands}
+        and set(model["cache_key"]) == {cfg.key}
+        and set(model["threads"]) == {threads}
+    )
+    return model if same else None
+
+
+class Progress:
+    """The model's progress on stderr, about every 5% of the strings and at the end, with an ETA."""
+
+    def __init__(self, name: str) -> None:
+        self.name, self.start, self.shown = name, time.monotonic(), 0
+
+    def __call__(self, done: int, total: int) -> None:
+        if done * 20 // total == self.shown and done < total:
+            return
+        self.shown = done * 20 // total
+        elapsed = time.monotonic() - self.start
+        print(f"[{self.name}] model: {done}/{total} strings predicted, elapsed {elapsed:.0f}s "
+              f"ETA {elapsed / done * (total - done):.0f}s", file=sys.stderr, flush=True)  # fmt: skip
 
 
 def conv_main(args: argparse.Namespace) -> None:

@@ -126,12 +126,16 @@ def thesis_batch(flops: int) -> int:
 
 def candidates(isa: str, with_ours: bool = True) -> list[Candidate]:
     """YaConv (BLIS's microkernel; ours, in the default shape and in the shape chosen for the layer) and
-    im2col + BLIS sgemm: the same library's pieces on both sides."""
+    im2col + BLIS sgemm: the same library's pieces on both sides. With ours, im2col + OpenBLAS's sgemm
+    too: our microkernel uses the host's widest vectors, Debian's BLIS may not (AVX2 'haswell' kernels on
+    an AVX-512 Xeon), so the best YaConv is compared with the best im2col as well."""
     out = [Candidate("conv_algo", "yaconv", (("ukr", "blis"),))]
     if with_ours:
         out.append(Candidate("conv_algo", "yaconv", (("target", isa), ("ukr", "ours"))))
         out.append(Candidate("conv_algo", "yaconv", (("shape", "auto"), ("target", isa), ("ukr", "ours"))))
     out.append(versioned(Candidate("conv_algo", "im2col", (("gemm", "blis"),))))  # BLIS's version in its key
+    if with_ours:
+        out.append(versioned(Candidate("conv_algo", "im2col", (("gemm", "openblas"),))))
     return out
 
 

@@ -17,7 +17,7 @@ parallel kernels run on two OpenMP threads where the process may use two CPUs.
 Each case also draws its codegen options (fma, hoist, partial) and is classified through
 :func:`kernels.candidate.render`, the path every experiment takes.
 
-    python -m harness.fuzz --n 10000 --seed 0          # table on stdout; exits 1 if any failure
+    python -m harness.verify.fuzz --n 10000 --seed 0          # table on stdout; exits 1 if any failure
     # a failing example "#123" is case random_case(seed, 123, target)
 """
 
@@ -942,7 +942,7 @@ def fuzz(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m harness.fuzz", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m harness.verify.fuzz", description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=1000, help="schemes to generate")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--target", default=None, help="avx2 or avx512 (default: best ISA of this CPU)")

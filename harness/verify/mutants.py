@@ -21,8 +21,8 @@ entry can never silently turn into a no-op. All mutations keep every memory acce
 (they shrink loops, lower offsets or reuse existing ones), so a mutant computes a wrong answer rather
 than crashing.
 
-    python -m harness.mutants                      # table: mutant x kernel, wrong points, P, rate, full
-    python -m harness.mutants --full-below 1000000000   # the same under check=full
+    python -m harness.verify.mutants               # table: mutant x kernel, wrong points, P, rate, full
+    python -m harness.verify.mutants --full-below 1000000000  # the same under check=full
 """
 
 from __future__ import annotations
@@ -1043,7 +1043,7 @@ def format_table(
 def main(argv: Sequence[str] | None = None) -> int:
     from harness.machine import detect
 
-    ap = argparse.ArgumentParser(prog="python -m harness.mutants", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m harness.verify.mutants", description=__doc__.splitlines()[0])
     ap.add_argument("--target", default=None, help="avx2 | avx512 (default: the best ISA of this CPU)")
     ap.add_argument("--cache", type=Path, default=None, help="build cache (default: a temporary directory)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the inputs and of the one real check")

@@ -1,6 +1,6 @@
 """Seed 000 chapters 5-6: the convolution design-space exploration on the 23 layers (issue 5).
 
-Figures (one per machine fingerprint; claims in reports/claims/ttile_conv.yaml):
+Figures (one per machine fingerprint; claims in claims.yaml here):
 - ``ttile_fig5_11_14``: density histograms (4% bins) of the random-search sample of each layer;
 - ``ttile_fig5_15_18``: expect(n, τ) for τ = 0.5, 0.7, 0.9 (log n), bootstrap CI of expect(25, 0.9);
 - ``ttile_fig6_3``: per layer, best of the first 100 / 1000 random candidates vs oneDNN, and the
@@ -38,7 +38,7 @@ from scipy.stats import gmean  # noqa: E402
 from harness import distributions as dist  # noqa: E402
 from harness.analysis import n_rounds, round_ratio  # noqa: E402
 from kernels import tvm_conv  # noqa: E402
-from reports.figures import CLAIMS, PaperFigure, mean_ci, paper_figure, results_dir_of, save_figure  # noqa: E402
+from reports.figures import CLAIMS, FigureContext, PaperFigure, mean_ci, paper_figure  # noqa: E402
 
 RANDOM = "ttile_conv_random"
 TVM = "tvm_conv"  # harness tvm-tune: MetaSchedule-tuned TVM modules, Fig 6.3's "AutoTVM" bars
@@ -130,15 +130,16 @@ def _grid(n: int) -> tuple[plt.Figure, np.ndarray]:
 
 
 # -- Figs 5.11-5.14 ---------------------------------------------------------------------------------------
-def histograms(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
+def histograms(ctx: FigureContext) -> list[PaperFigure]:
+    summary = ctx.summary
     name = "ttile_fig5_11_14"
     part_all = _schemes(summary, RANDOM)
-    figures = []
-    for fp, part in part_all.groupby("machine_fingerprint"):
+
+    def one(fp: str, part: pd.DataFrame) -> PaperFigure | None:
         ok = part[part["ok"]]
         layers = _layers(ok)
         if not layers:
-            continue
+            return None
         fig, axes = _grid(len(layers))
         rows = []
         for ax, layer in zip(axes.flat, layers, strict=False):
@@ -155,12 +156,12 @@ def histograms(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
         fig.supxlabel("% of calibrated peak (median of repetitions); bins of 4%")
         fig.supylabel("density")
         table = pd.DataFrame(rows)
-        image, csv = save_figure(fig, table, out_dir, f"{name}-{fp}")
+        image, csv = ctx.save(fig, table, f"{name}-{fp}")
         medians = table["median"].to_numpy(float)
         ours = float(np.median(medians))
         threshold = float(CLAIMS[name]["paper_numbers"]["median_threshold"])
         verdict = "reproduced" if ours >= threshold else "partial" if ours >= threshold / 2 else "differs"
-        figures.append(paper_figure(
+        return paper_figure(
             name, fp, part, measured=f"median over {len(layers)} layers of each layer's median: {ours:.1f}% "
             f"of peak; best layer median {medians.max():.1f}%", verdict=verdict,
             statistic=f"median over layers of the per-layer median % of peak; 'quite high' read as >= "
@@ -168,21 +169,23 @@ def histograms(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
             image=image, csv=csv, table=table.round(2).to_dict("records"), ours=ours,
             ours_ci=mean_ci(medians), unit="% of peak (median layer median)", experiments=[RANDOM],
             counts=_counts(part),
-        ))  # fmt: skip
-    return figures
+        )  # fmt: skip
+
+    return ctx.per_machine(part_all, one)
 
 
 # -- Figs 5.15-5.18 ---------------------------------------------------------------------------------------
-def expect_curves(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
+def expect_curves(ctx: FigureContext) -> list[PaperFigure]:
+    summary = ctx.summary
     name = "ttile_fig5_15_18"
     meta = CLAIMS[name]["paper_numbers"]
     part_all = _schemes(summary, RANDOM)
-    figures = []
-    for fp, part in part_all.groupby("machine_fingerprint"):
+
+    def one(fp: str, part: pd.DataFrame) -> PaperFigure | None:
         ok = part[part["ok"]]
         layers = _layers(ok)
         if not layers:
-            continue
+            return None
         fig, axes = _grid(len(layers))
         rows = []
         for ax, layer in zip(axes.flat, layers, strict=False):
@@ -200,7 +203,7 @@ def expect_curves(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
         fig.supxlabel("n (number of random candidates, log scale)")
         fig.supylabel("expect(n, τ): % of peak")
         table = pd.DataFrame(rows)
-        image, csv = save_figure(fig, table, out_dir, f"{name}-{fp}")
+        image, csv = ctx.save(fig, table, f"{name}-{fp}")
         same = table[table["layer"] == meta["layer"]]
         if not same.empty:
             row = same.iloc[0]
@@ -218,7 +221,7 @@ def expect_curves(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
         )
         if cap == "partial" and verdict == "reproduced":
             verdict = "partial"
-        figures.append(paper_figure(
+        return paper_figure(
             name, fp, part, measured=f"expect(25, 0.9) = {ours:.1f}% of peak {where}", verdict=verdict,
             statistic="expect(n, τ) = empirical quantile at (1-τ)^(1/n) of the sample; 95% percentile "
             "bootstrap CI; reproduced within 10 points of 82% (or above)", image=image, csv=csv,
@@ -226,8 +229,9 @@ def expect_curves(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
             ours_ci=(float(row["ci low"]), float(row["ci high"])),
             paper_value=float(meta["value"]), unit="% of peak, expect(25, 0.9)", experiments=[RANDOM],
             counts=_counts(part),
-        ))  # fmt: skip
-    return figures
+        )  # fmt: skip
+
+    return ctx.per_machine(part_all, one)
 
 
 # -- Fig 6.3 ----------------------------------------------------------------------------------------------
@@ -249,15 +253,16 @@ def _raced(rows: pd.DataFrame) -> int:
     return int(rows["flags"].fillna("").astype(str).str.contains("raced:", regex=False).sum())
 
 
-def best_vs_onednn(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
+def best_vs_onednn(ctx: FigureContext) -> list[PaperFigure]:
+    summary = ctx.summary
     name = "ttile_fig6_3"
     every = summary[summary["experiment"] == RANDOM]
-    figures = []
-    for fp, part in every.groupby("machine_fingerprint"):
+
+    def one(fp: str, part: pd.DataFrame) -> PaperFigure | None:
         schemes = _schemes(part, RANDOM)
         runs = _runs(schemes)
         if runs.empty:
-            continue
+            return None
         libs = part[(part["candidate_kind"] == "baseline") & (part["status"] == "ok")]
         # the oneDNN the verdict is against: today's (3.x) where measured, else the one these rows have
         # (Debian's 2.6.3 in archives from before 3.x was a baseline); the others are bars beside it
@@ -335,7 +340,7 @@ def best_vs_onednn(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
                              "onednn": weighted(t, "onednn_vs"), "onednn of 1000": weighted(big, "onednn_vs"),
                              "layers of 1000": len(big), "layers": len(t)})  # fmt: skip
         avg_t = pd.DataFrame(averages)
-        image, csv = save_figure(fig, table, out_dir, f"{name}-{fp}")
+        image, csv = ctx.save(fig, table, f"{name}-{fp}")
         both = complete.dropna(subset=["onednn_vs"])
         against = f"oneDNN {_versions(lib_cols[versus])}"
         short = table.loc[table[small_col].isna(), "layer"].tolist()
@@ -403,7 +408,7 @@ def best_vs_onednn(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
                 )
             if short:
                 measured += f"; left out (fewer than {small} draws): {', '.join(short)}"
-        figures.append(paper_figure(
+        return paper_figure(
             name, fp, part, measured=measured, verdict=verdict,
             statistic="median % of calibrated peak; best of the first 100 / 1000 candidates in proposal "
             "order (NaN for a layer with fewer draws; a smaller run shows the best of its draws, labelled); "
@@ -413,8 +418,9 @@ def best_vs_onednn(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
             ours=ours, unit=f"share of layers won ({small_col} > oneDNN)",
             experiments=[RANDOM, TVM] if "tvm" in series else [RANDOM],
             counts=_counts(schemes),
-        ))  # fmt: skip
-    return figures
+        )  # fmt: skip
+
+    return ctx.per_machine(every, one)
 
 
 _NO_RATIO = (np.nan, np.nan, np.nan)
@@ -537,21 +543,22 @@ def _tvm_runs(summary: pd.DataFrame, results_dir: Path) -> pd.DataFrame:
     return runs[runs["trials"] == longest]
 
 
-def convergence(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
+def convergence(ctx: FigureContext) -> list[PaperFigure]:
+    summary = ctx.summary
     name = "ttile_fig6_2"
     first = int(CLAIMS[name]["paper_numbers"]["first"])
     exps = {"random": "ttile_conv_convergence_random", "optuna": "ttile_conv_convergence_optuna"}
     runs = _runs_of(summary, exps, "strategy")
-    tvm = _tvm_runs(summary, results_dir_of(out_dir))
-    figures = []
-    for fp, r in runs.groupby("machine_fingerprint"):
+    tvm = _tvm_runs(summary, ctx.results_dir)
+
+    def one(fp: str, r: pd.DataFrame) -> PaperFigure | None:
         r = r[r["workload"].isin(r.loc[r["strategy"] == "random", "workload"])]
         t = tvm[(tvm["machine_fingerprint"] == fp) & tvm["workload"].isin(r["workload"])]
         if len(t):
             r = pd.concat([r, t.drop(columns=["final", "trials"])], ignore_index=True)
         series = [s for s in COLORS if s in set(r["strategy"])]
         if "random" not in series or len(series) < 2:
-            continue
+            return None
         r = r.sort_values(["strategy", "seed", "index"])
         r["perf0"] = r["perf"].where(r["ok"].astype(bool), 0.0).fillna(0.0).astype(float)
         r["best so far"] = r.groupby(["strategy", "seed"])["perf0"].cummax()
@@ -571,7 +578,7 @@ def convergence(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
         a2.set(xlabel="candidates proposed (TVM: trials measured)", ylabel="best so far (% of peak)",
                xscale="log")  # fmt: skip
         a2.legend(fontsize=8)
-        image, csv = save_figure(fig, best_first, out_dir, f"{name}-{fp}")
+        image, csv = ctx.save(fig, best_first, f"{name}-{fp}")
         med = best_first.groupby("strategy")["perf0"].median()
         tuner = "tvm" if "tvm" in series else "optuna"  # TVM's auto-scheduler is the thesis's auto-tuner
         ours = float(med["random"] - med[tuner])
@@ -586,15 +593,16 @@ def convergence(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
             measured += (f"; TVM's curve is TVM's own timing ({tvm_conv.RUNNER}), its exported modules "
                          f"timed by the harness: {final['final'].median():.1f}% "
                          f"(median of {len(final)})")  # fmt: skip
-        figures.append(paper_figure(
+        return paper_figure(
             name, fp, summary[summary["machine_fingerprint"] == fp], verdict=verdict, measured=measured,
             statistic=f"median over runs of the best of the first {first} proposals (failed = 0%); "
             f"reproduced if random >= the auto-tuner ({TUNERS[tuner]})",
             image=image, csv=csv, table=best_first.round(2).to_dict("records"), ours=ours,
             unit=f"points of % of peak (random - {tuner})",
             experiments=list(exps.values()) + ([TVM] if len(t) else []),
-        ))  # fmt: skip
-    return figures
+        )  # fmt: skip
+
+    return ctx.per_machine(runs, one)
 
 
 # -- survival-curve comparisons ---------------------------------------------------------------------------
@@ -613,13 +621,14 @@ def _survival_grid(samples: dict[str, dict[str, np.ndarray]], title: str) -> plt
     return fig
 
 
-def single_vs_all(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
+def single_vs_all(ctx: FigureContext) -> list[PaperFigure]:
+    summary = ctx.summary
     name = "ttile_fig6_10_11"
     meta = CLAIMS[name]["paper_numbers"]
     rand = _schemes(summary, RANDOM)
     forced = _schemes(summary, "ttile_conv_u17h")
-    figures = []
-    for fp, part in rand.groupby("machine_fingerprint"):
+
+    def one(fp: str, part: pd.DataFrame) -> PaperFigure | None:
         ok = part[part["ok"]]
         forced_ok = forced[(forced["machine_fingerprint"] == fp) & forced["ok"]]
         samples: dict[str, dict[str, np.ndarray]] = {}
@@ -640,10 +649,10 @@ def single_vs_all(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
                          "max single": float(s["Single"].max()) if s["Single"].size else np.nan,
                          "max forced": float(f.max()) if f.size else np.nan})  # fmt: skip
         if not rows:
-            continue
+            return None
         table = pd.DataFrame(rows)
         fig = _survival_grid(samples, "fraction of candidates >= x")
-        image, csv = save_figure(fig, table, out_dir, f"{name}-{fp}")
+        image, csv = ctx.save(fig, table, f"{name}-{fp}")
         with_forced = table.dropna(subset=["max forced"])
         if not with_forced.empty:
             row = with_forced.iloc[0]
@@ -657,7 +666,7 @@ def single_vs_all(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
         else:
             verdict, ours = "partial", float("nan")
             measured = "the forced U_{17,h} V_k run is missing; All vs Single curves only"
-        figures.append(paper_figure(
+        return paper_figure(
             name, fp, part, measured=measured, verdict=verdict,
             statistic="maximum % of peak of the combined space minus that of the forced single microkernel "
             "on "
@@ -665,8 +674,9 @@ def single_vs_all(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
             table=table.round(3).to_dict("records"), ours=ours,
             paper_value=float(meta["combined_max"] - meta["forced_max"]), unit="points of % of peak",
             experiments=[RANDOM, "ttile_conv_u17h"], counts=_counts(part),
-        ))  # fmt: skip
-    return figures
+        )  # fmt: skip
+
+    return ctx.per_machine(rand, one)
 
 
 def _paired(summary: pd.DataFrame, exp_a: str, exp_b: str) -> dict[str, pd.DataFrame]:
@@ -678,7 +688,8 @@ def _paired(summary: pd.DataFrame, exp_a: str, exp_b: str) -> dict[str, pd.DataF
     return out
 
 
-def divisibility(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
+def divisibility(ctx: FigureContext) -> list[PaperFigure]:
+    summary = ctx.summary
     name = "ttile_fig6_13_14"
     div, free = "ttile_conv_levels_conv_all", "ttile_conv_levels_conv_free"
     tol = float(CLAIMS[name]["paper_numbers"]["max_gap"])
@@ -700,7 +711,7 @@ def divisibility(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
         table = pd.DataFrame(rows)
         table["max gap"] = table["max free"] - table["max divisible"]
         fig = _survival_grid(samples, "fraction of candidates >= x")
-        image, csv = save_figure(fig, table, out_dir, f"{name}-{fp}")
+        image, csv = ctx.save(fig, table, f"{name}-{fp}")
         gap = float(table["max gap"].abs().median())
         verdict = "reproduced" if gap <= tol else "partial" if gap <= 2 * tol else "differs"
         figures.append(paper_figure(
@@ -716,7 +727,8 @@ def divisibility(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
     return figures
 
 
-def fixed_permutation(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
+def fixed_permutation(ctx: FigureContext) -> list[PaperFigure]:
+    summary = ctx.summary
     name = "ttile_fig6_15_18"
     fixed = "ttile_conv_fixed_perm"
     figures = []
@@ -742,7 +754,7 @@ def fixed_permutation(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]
             continue
         table = pd.DataFrame(rows)
         fig = _survival_grid(samples, "fraction of candidates >= x")
-        image, csv = save_figure(fig, table, out_dir, f"{name}-{fp}")
+        image, csv = ctx.save(fig, table, f"{name}-{fp}")
         diff = float((table["median fixed"] - table["median searched"]).median())
         higher = int((table["max searched, first n fixed"] > table["max fixed"]).sum())
         figures.append(paper_figure(
@@ -758,19 +770,20 @@ def fixed_permutation(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]
     return figures
 
 
-def strategies(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
+def strategies(ctx: FigureContext) -> list[PaperFigure]:
+    summary = ctx.summary
     name = "ttile_conv_strategies"
     exps = {"random (best of 100)": RANDOM, "model filter (top 100)": "ttile_conv_model",
             "tree search (top 100)": "ttile_conv_tree"}  # fmt: skip
     runs = _runs_of(summary, exps, "series")
-    figures = []
-    for fp, r in runs.groupby("machine_fingerprint"):
+
+    def one(fp: str, r: pd.DataFrame) -> PaperFigure | None:
         if "model filter (top 100)" not in set(r["series"]) or RANDOM not in exps.values():
-            continue
+            return None
         r = r[r["index"] < 100]
         table = r[r["ok"]].groupby(["workload", "series"])["perf"].max().unstack("series").reset_index()
         if "random (best of 100)" not in table:
-            continue
+            return None
         # each run measured oneDNN when it started on the layer: the strategies' runs are hours apart and
         # the host drifts (oneDNN itself moved by up to x1.6 between runs here), so each best is also
         # given as a ratio to the oneDNN of its own run
@@ -785,7 +798,7 @@ def strategies(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
         table.set_index("workload")[series].plot.bar(ax=ax)
         ax.set(ylabel="best % of calibrated peak", ylim=(0, 105), xlabel="")
         ax.legend(fontsize=8, bbox_to_anchor=(1.01, 1), loc="upper left")
-        image, csv = save_figure(fig, table, out_dir, f"{name}-{fp}")
+        image, csv = ctx.save(fig, table, f"{name}-{fp}")
         rnd, mod = "random (best of 100)", "model filter (top 100)"
         both = table.dropna(subset=[rnd, mod])
         not_worse = int((both[rnd] >= both[mod] - 2).sum())
@@ -804,7 +817,7 @@ def strategies(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
                 f"{ahead}/{len(normed)} layers; geometric means "
                 + ", ".join(f"{c.split(' (')[0]} x{g:.2f}" for c, g in geo.items())
             )
-        figures.append(paper_figure(
+        return paper_figure(
             name, fp, summary[summary["machine_fingerprint"] == fp], verdict=verdict,
             measured=measured, statistic="best % of peak among the first 100 proposals of "
             "each "
@@ -813,27 +826,29 @@ def strategies(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
             image=image, csv=csv, table=table.round(2).to_dict("records"),
             ours=not_worse / len(both) if len(both) else float("nan"), unit="share of layers",
             experiments=list(exps.values()),
-        ))  # fmt: skip
-    return figures
+        )  # fmt: skip
+
+    return ctx.per_machine(runs, one)
 
 
 # the refined search and the random one with the same space and seed (so the same first 50 draws)
 REFINE = {"random": "ttile_conv_prior_packed", "refined": "ttile_conv_refine"}
 
 
-def refine(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
+def refine(ctx: FigureContext) -> list[PaperFigure]:
     """Issue 32: random draws vs the same draws then refinement (search=refine), at equal budget. The two
     runs share their first proposals (same space and seed), so each run's best after N proposals is
     divided by its own best of those shared draws: what the proposals after them gained, free of the drift
     between runs hours apart (oneDNN's stem moved from 58% to 80% of peak between two such runs). Per layer
     at 100 and at the largest common budget, and as a geometric mean over the layers against N; the ratio
     to each run's oneDNN is given beside."""
+    summary = ctx.summary
     name = "ttile_conv_refine"
     runs = _runs_of(summary, REFINE, "series")
-    figures = []
-    for fp, r in runs.groupby("machine_fingerprint"):
+
+    def one(fp: str, r: pd.DataFrame) -> PaperFigure | None:
         if set(r["series"]) != set(REFINE):
-            continue
+            return None
         libs = compared_onednn(summary[(summary["candidate_kind"] == "baseline") & (summary["status"] == "ok")
                                        & (summary["machine_fingerprint"] == fp)])  # fmt: skip
         lib_best = libs.groupby(["experiment", "workload"])["pct_peak_median"].max()
@@ -882,7 +897,7 @@ def refine(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
         lo = float(np.nanmin(cmp["refined / random"])) if len(cmp) else 1.0
         bx.set(ylabel=f"best of {n_cmp}: refined gain / random gain", xlabel="",
                ylim=(min(0.95, lo - 0.01), None))  # fmt: skip
-        image, csv = save_figure(fig, table, out_dir, f"{name}-{fp}")
+        image, csv = ctx.save(fig, table, f"{name}-{fp}")
         ahead = int((cmp["refined / random"] >= 0.99).sum())
         geo = float(gmean(cmp["refined / random"])) if len(cmp) else float("nan")
         verdict = "reproduced" if len(cmp) and geo >= 1.01 and ahead > len(cmp) / 2 else "differs"
@@ -895,7 +910,7 @@ def refine(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
             + "; against each run's oneDNN, geometric means "
             + ", ".join(f"{s} x{float(gmean(v)):.3f}" for s, v in lib.items() if len(v))
         )  # fmt: skip
-        figures.append(paper_figure(
+        return paper_figure(
             name, fp, summary[summary["machine_fingerprint"] == fp], verdict=verdict, measured=measured,
             statistic="per layer, each run's best median % of peak among its first N proposals divided by "
             "its best among the proposals both runs share (the same draws); reproduced if the refined "
@@ -904,8 +919,9 @@ def refine(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
             image=image, csv=csv, table=table.round(3).to_dict("records"), ours=geo,
             unit="refined gain / random gain (best of N over best of the shared draws)",
             experiments=list(REFINE.values()),
-        ))  # fmt: skip
-    return figures
+        )  # fmt: skip
+
+    return ctx.per_machine(runs, one)
 
 
 def _refine_at_top(table: pd.DataFrame, n_cmp: int) -> str:
@@ -925,9 +941,10 @@ def _library_threads(row: pd.Series) -> int:
     return int(json.loads(row.get("candidate_options") or "{}").get("threads", 1))
 
 
-def parallel(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
+def parallel(ctx: FigureContext) -> list[PaperFigure]:
     """Fig 6.5: the best parallel candidate (the §6.2.1 rule, ``threads`` threads) beside the best sequential
     one and oneDNN on one and on ``threads`` threads (the thesis compared with Ansor on 26 threads)."""
+    summary = ctx.summary
     name = "ttile_fig6_5"
     threads = int(CLAIMS[name]["paper_numbers"]["threads"])
     par_on = float(CLAIMS[name]["paper_numbers"]["on_par"])
@@ -959,7 +976,7 @@ def parallel(summary: pd.DataFrame, out_dir: Path) -> list[PaperFigure]:
         ax.set(ylabel="% of one core's calibrated peak", ylim=(0, 100 * threads + 10))
         ax.axhline(100, ls=":", c="#888", lw=1)
         ax.legend(fontsize=8, bbox_to_anchor=(1.01, 1), loc="upper left")
-        image, csv = save_figure(fig, best, out_dir, f"{name}-{fp}")
+        image, csv = ctx.save(fig, best, f"{name}-{fp}")
         med = float(best["speed-up"].median())
         measured = f"median speed-up of the best parallel over the best sequential: x{med:.2f}"
         compared = best.dropna(subset=["vs onednn"])

@@ -1,0 +1,125 @@
+"""What code generation checks before it emits anything: the scheme's legality on a workload for a target
+(thesis §3's rules plus those of the external microkernels and of vectorized reductions), where output
+accumulators are hoisted, and the option ``prefetch``."""
+
+from __future__ import annotations
+
+from kernels.candidate import Workload
+from kernels.codegen.layout import plain_axes
+from kernels.external import EXTERNALS, External
+from kernels.operators import Operator
+from kernels.scheme import EXTERNAL, Analysis, SchemeError, analyze, as_written
+from kernels.targets import Target
+
+LOOP_ATOMS = ("R", "T", "Texct", "Tvar", "Texctg")
+
+
+PARTIAL_MODES = ("none", "masked", "padded")
+
+
+def analyze_for(
+    scheme_text: str | list, workload: Workload, target: Target, partial: str = "none"
+) -> Analysis:
+    """Legality of a scheme on a workload for a target (lanes decide the V footprint).
+
+    ``partial="masked"`` lets the microkernel (U, V) take a remainder: masked lanes on the vector
+    dimension, a switch between complete smaller microkernels on the others.
+    """
+    if partial not in PARTIAL_MODES:
+        raise ValueError(f"codegen.partial={partial!r} is not allowed; allowed: {', '.join(PARTIAL_MODES)}")
+    op = workload.op
+    stride1 = {d: [(t.tensor, t.stride1_dim()) for t in op.tensors if d in t.dims()] for d in op.dims}
+    if partial == "padded":  # legality is checked on the padded shape (see render_padded)
+        partial = "none"
+    an = analyze(
+        scheme_text,
+        op.dims,
+        workload.size,
+        target.lanes,
+        stride1,
+        op.output.dims(),
+        partial=partial == "masked",
+        tensors={t.tensor: t.dims() if plain_axes(t) else None for t in op.tensors},
+    )
+    try:
+        check_external_entry(an, op)
+    except SchemeError as exc:
+        raise as_written(exc, an.scheme) from None
+    if an.vector_dim is not None and an.vector_dim in op.reduction_dims:
+        v = an.scheme[-1]
+        raise as_written(
+            SchemeError(
+                "V-reduction",
+                f"{an.vector_dim} is a reduction dimension; vectorizing it needs a horizontal sum, "
+                "which is not generated: vectorize a dimension of the output",
+                v,
+                len(an.scheme) - 1,
+            ),
+            an.scheme,
+        )
+    return an
+
+
+def external_atom(an: Analysis) -> tuple[int, External] | None:
+    """Position and registry entry of the scheme's ExternalCall, if any (checked by analyze_for)."""
+    p = len(an.scheme) - 1
+    if p >= 0 and an.scheme[p].kind == EXTERNAL:
+        return p, EXTERNALS[an.scheme[p].name]  # type: ignore[index]
+    return None
+
+
+def check_external_entry(an: Analysis, op: Operator) -> None:
+    """The registry side of ExternalCall: a known name, an operator and dimension it serves."""
+    for p, a in enumerate(an.scheme):
+        if a.kind != EXTERNAL:
+            continue
+        ext = EXTERNALS.get(a.name)  # type: ignore[arg-type]
+        if ext is None:
+            why = f"unknown external microkernel {a.name!r}; known: {', '.join(sorted(EXTERNALS))}"
+            raise SchemeError("external-unknown", why, a, p)
+        if op.name not in ext.ops:
+            why = f"{ext.name} computes {', '.join(ext.ops)}, not {op.name}"
+            raise SchemeError("external-operator", why, a, p)
+        if a.dim not in ext.flexible:
+            why = f"{ext.name} is flexible on {', '.join(ext.flexible)} only"
+            raise SchemeError("external-dimension", why, a, p)
+        if a.size > ext.max_extent:  # type: ignore[operator]
+            why = f"{ext.name} takes extents up to {ext.max_extent} on its flexible dimension"
+            raise SchemeError("external-size", why, a, p)
+
+
+def prefetches(spec: str | None, op: Operator) -> list[tuple[str, str]]:
+    """The (tensor, dimension) pairs of the option ``prefetch``: comma-separated items ``d`` (the output's
+    tile along d) or ``X:d`` (tensor X's tile along d, e.g. ``C:i,A:i``). An input must be indexed by plain
+    dimensions (not ``h*stride + r``) and d must be one of its dimensions."""
+    out = []
+    tensors = {t.tensor: t for t in op.tensors}
+    for item in (spec or "").split(","):
+        if not item.strip():
+            continue
+        tensor, _, d = item.strip().rpartition(":")
+        acc = tensors.get(tensor or op.output.tensor)
+        if acc is None:
+            raise SchemeError("prefetch", f"prefetch={spec!r}: no tensor {tensor!r} in {op.text()}")
+        if d not in acc.dims():
+            why = f"prefetch={spec!r}: {d!r} is not a dimension of {acc.tensor} {acc.dims()}"
+            raise SchemeError("prefetch", why)
+        if acc is not op.output and any(len(axis) != 1 or axis[0][1] != 1 for axis in acc.axes):
+            raise SchemeError("prefetch", f"prefetch={spec!r}: {acc.text()} has a compound index")
+        out.append((acc.tensor, d))
+    return out
+
+
+def hoist_position(an: Analysis, op: Operator) -> int | None:
+    """Where output accumulators go: at ScalP if given, else above the innermost reduction loops."""
+    if an.scalp_position is not None:
+        return an.scalp_position
+    reduction = set(op.reduction_dims)
+    pos = an.unroll_start
+    while pos > 0:
+        a = an.scheme[pos - 1]
+        if a.kind == "ScalP" or (a.kind in LOOP_ATOMS and a.dim in reduction):
+            pos -= 1
+        else:
+            break
+    return pos if pos < an.unroll_start else None
