@@ -109,7 +109,9 @@ def _compile(cmd_head: list[str], code: str, cmd_tail: list[str], out: Path, wor
         except OSError as exc:
             return f"cannot run {cmd_head[0]}: {exc}"
         if proc.returncode < 0:  # killed (by a user, the OOM killer): not the candidate's fault, no row
-            interrupt.check()  # the signal that stopped the run stopped the compiler too: say which
+            # a stop signal sent to the whole job (a scheduler's cancel or time-limit warning) may reach the
+            # compiler before the harness's handler has run: name the signal either way
+            interrupt.raise_if_stopped(proc.returncode, f"the compiler (building {out.name})")
             raise Interrupted(
                 f"the compiler was killed by signal {-proc.returncode} while building {out.name}; nothing "
                 "was recorded for it: run the same command again"

@@ -173,6 +173,34 @@ def calibrate(
     return peaks
 
 
+STREAM_SOURCE = Path(__file__).parent / "driver" / "stream.c"
+STREAM_READ_BYTES = 64 << 20  # bytes read per trial of the cache probe: a few ms at L3 bandwidth
+
+
+def cache_probe_bytes(m: machine_mod.Machine) -> int:
+    """The cache probe's buffer: four times L2, so it lives in the shared last-level cache (8 MiB when
+    the machine does not say its L2)."""
+    l2 = m.cache_bytes(2)
+    return 4 * l2 if l2 else 8 << 20
+
+
+def probe_cache(
+    nbytes: int, cache_dir: Path = Path("results/cache"), trials: int = 3, cc: str = "gcc"
+) -> float:
+    """Read bandwidth (GB/s, best of ``trials``) over ``nbytes`` on the pinned CPU: the drift sentinel's
+    reference kernel for the shared cache (harness/driver/stream.c), a few tens of ms."""
+    exe = build_executable(STREAM_SOURCE, Path(cache_dir), PEAK_FLAGS, (), cc)
+    if not exe.ok or exe.so_path is None:
+        raise RuntimeError(f"cannot build {STREAM_SOURCE}:\n{exe.error}")
+    passes = max(1, STREAM_READ_BYTES // nbytes)
+    proc = subprocess.run([str(exe.so_path), str(nbytes), str(passes), str(trials)], capture_output=True,
+                          text=True, timeout=120, preexec_fn=_pin_last_cpu, check=False)  # fmt: skip
+    interrupt.raise_if_stopped(proc.returncode, "the cache probe")
+    if proc.returncode != 0:
+        raise RuntimeError(f"cache probe failed (exit {proc.returncode}): {proc.stderr[-2000:]}")
+    return float(max(json.loads(proc.stdout)["trials"]))
+
+
 def probe_peak(
     isa: str,
     cache_dir: Path = Path("results/cache"),

@@ -29,7 +29,7 @@ import pandas as pd
 from harness import allocation, cachegrind, store
 from harness import machine as machine_mod
 from harness.build import BuildResult, CompilerConfig, build_many
-from harness.calibrate import calibrate, probe_peak
+from harness.calibrate import cache_probe_bytes, calibrate, probe_cache, probe_peak
 from harness.check import CheckConfig, check_output, make_tensors
 from harness.run import RunLimits, RunResult, TimingConfig, cpus_for, run_kernel
 from harness.sanity import CoreWatch, SanityConfig, drift_flags, row_flags
@@ -261,7 +261,8 @@ def run_experiment(
         exp_flags = drift_flags(exp.sanity, entry.get("gflops"), [first], entry.get("other_busy_pct"))
         for f in exp_flags:
             say(f"[{exp.name}] warning: {f}")
-    watch = Sentinel(probe, exp.sanity.sentinel_s, exp.sanity.max_peak_drift, exp_flags, first)
+    cache = (lambda: probe_cache(cache_probe_bytes(m), exp.cache_dir)) if exp.sanity.probe else None
+    watch = Sentinel(probe, exp.sanity.sentinel_s, exp.sanity.max_peak_drift, exp_flags, first, cache=cache)
     s = Session(exp, m, peaks, make_tensors(exp.workload, exp.seed, exp.check), watch, say)
     if strategy is not None:
         rows = _run_search(s, todo, strategy)

@@ -304,21 +304,26 @@ SENTINEL_DRIFT = 0.10
 
 
 def _sentinel(rows: pd.DataFrame, fig_dir: Path, experiment: str) -> list[dict[str, Any]]:
-    """Per machine, the drift sentinel over the run (harness/sentinel.py): its range over the rows, whether
-    it moved beyond :data:`SENTINEL_DRIFT`, and a plot of it against the time each row was written."""
-    if "sentinel_ratio" not in rows:
+    """Per machine, the drift sentinel over the run (harness/sentinel.py): the range of its two probes over
+    the rows, whether either moved beyond :data:`SENTINEL_DRIFT`, and a plot of both against the time each
+    row was written."""
+    columns = [c for c in ("sentinel_ratio", "sentinel_cache_ratio") if c in rows]
+    if not columns:
         return []
     out = []
-    for fp, part in rows.dropna(subset=["sentinel_ratio"]).groupby("machine_fingerprint"):
-        ratio = part["sentinel_ratio"].astype(float)
-        lo, hi = float(ratio.min()), float(ratio.max())
+    for fp, part in rows.dropna(subset=columns, how="all").groupby("machine_fingerprint"):
+        ratios = part[columns].astype(float)
+        lo, hi = float(ratios.min().min()), float(ratios.max().max())
         when = pd.to_datetime(part["timestamp"], utc=True, errors="coerce")
         fig = Figure(figsize=(6, 2.2), layout="constrained")
         FigureCanvasAgg(fig)
         ax = fig.add_subplot()
-        ax.plot(when, ratio, ".", ms=3)
+        for col, name in zip(columns, ("peak probe", "cache probe"), strict=False):
+            if ratios[col].notna().any():
+                ax.plot(when, ratios[col], ".", ms=3, label=name)
         ax.axhspan(1 - SENTINEL_DRIFT, 1 + SENTINEL_DRIFT, color="0.9", zorder=0)
         ax.set(ylabel="sentinel / its first", xlabel="row written (UTC)")
+        ax.legend(fontsize=7)
         stem = _stem(experiment, str(fp), "sentinel")
         fig.savefig(fig_dir / f"{stem}.png", dpi=100)
         moved = max(abs(lo - 1), abs(hi - 1)) > SENTINEL_DRIFT

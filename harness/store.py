@@ -128,6 +128,14 @@ COLUMNS: OrderedDict[str, tuple[pa.DataType, str]] = OrderedDict(
             ),
         ),
         (
+            "sentinel_cache_ratio",
+            (
+                F64,
+                "the cache probe (drift sentinel: read bandwidth over 4x L2) when the row was timed over its "
+                "first reading in the run; the farthest from 1 of the row's rounds (null: no probe)",
+            ),
+        ),
+        (
             "allocation",
             (
                 STR,
@@ -160,6 +168,7 @@ OPTIONAL_COLUMNS: dict[str, Any] = {
     "contention_bytes": None,
     "contention_gbps": None,
     "sentinel_ratio": None,
+    "sentinel_cache_ratio": None,
     "allocation": None,
 }
 

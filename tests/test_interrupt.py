@@ -81,3 +81,18 @@ def test_a_stop_that_meets_no_safe_point_ends_the_process_after_the_grace_or_a_s
     assert proc.returncode == 2, err
     assert err.count("harness: error: stopped by SIGTERM") == 1 and "Traceback" not in err
     assert ("second stop signal" if signals == 2 else "no safe point within 1 s") in err
+
+
+def test_a_compiler_stopped_by_a_stop_signal_names_it_even_before_the_handler_ran(tmp_path) -> None:
+    """CI's SLURM time-limit test: SIGUSR2, sent to the whole job, reached gcc before the harness's handler
+    set its flag, and the run stopped with "the compiler was killed by signal 12". A stop signal is named."""
+    from harness.build import CompilerConfig, build
+    from kernels.candidate import KernelSource
+
+    cc = tmp_path / "cc"
+    cc.write_text('#!/bin/sh\nif [ "$1" = "--version" ]; then echo "fake 1.0"; exit 0; fi\nkill -USR2 $$\n')
+    cc.chmod(0o755)
+    interrupt.reset()
+    src = KernelSource(code="int kernel(void) { return 0; }", target="any")
+    with pytest.raises(interrupt.Interrupted, match=r"the compiler \(building .*\) was stopped by SIGUSR2"):
+        build(src, CompilerConfig(cc=str(cc)), tmp_path / "so")

@@ -89,3 +89,29 @@ def test_the_report_shows_the_sentinel_and_flags_a_run_it_moved_in(
     assert f"x{min(ratios):.3g} to x{max(ratios):.3g} over {len(ratios)} rows" in html
     assert ("moved more than 10%" in html) == moved
     assert list((tmp_path / "report" / "figures").glob("*sentinel*.png"))
+
+
+def test_the_cache_probe_catches_what_the_peak_probe_does_not() -> None:
+    """A neighbour streaming through the shared cache: the FMA peak holds, the cache probe falls; the row
+    carries both ratios and names the probe that moved, and a confirmation round would be timed again."""
+    clock = Clock()
+    peaks, caches = iter([100.0, 99.0]), iter([30.0, 18.0])
+    s = Sentinel(lambda: next(peaks), 60.0, 0.10, [], clock=clock, cache=lambda: next(caches))
+    s.tick()
+    clock.t = 61.0
+    s.tick()
+    row: dict = {"flags": "[]"}
+    s.mark(row)
+    assert row["sentinel_ratio"] == pytest.approx(0.99) and row["sentinel_cache_ratio"] == pytest.approx(0.6)
+    assert s.drifted_down()
+    (flag,) = json.loads(row["flags"])
+    assert flag.startswith("sentinel: the cache probe ran at x0.60")
+
+
+def test_the_cache_probe_measures_a_bandwidth(tmp_path: Path) -> None:
+    from harness import machine
+    from harness.calibrate import cache_probe_bytes, probe_cache
+
+    nbytes = cache_probe_bytes(machine.detect())
+    assert nbytes >= 1 << 20
+    assert probe_cache(nbytes, tmp_path, trials=2) > 1.0  # GB/s: any cache reads faster than this
