@@ -23,7 +23,10 @@ import pyarrow.parquet as pq
 from harness import store
 from kernels import tvm_conv
 
-TOP_LEVEL = ("rows", "permutations", "tvm")
+TOP_LEVEL = ("rows", "permutations", "parlooper", "tvm")
+#: a results directory's data beside its rows that figures read: the permutation study's simulations, the
+#: loop-string study's model predictions (``parlooper/model/``)
+DATA_DIRS = ("permutations", "parlooper")
 
 
 class ArchiveError(ValueError):
@@ -32,7 +35,9 @@ class ArchiveError(ValueError):
 
 def pack(results_dir: Path, out: Path, experiments: list[str] | None = None, simulations: bool = True) -> int:
     """Write ``out`` (.tar.xz) from ``results_dir``: the rows of ``experiments`` (all if None) and, with
-    ``simulations``, ``permutations/``; and the tuning record of each TVM module a packed row measured.
+    ``simulations``, the data figures read beside the rows (:data:`DATA_DIRS`: the permutation study's
+    simulations, the loop-string model's predictions); and the tuning record of each TVM module a packed row
+    measured.
     Returns the number of rows packed."""
     results_dir, out = Path(results_dir), Path(out)
     base = results_dir / "rows"
@@ -51,9 +56,9 @@ def pack(results_dir: Path, out: Path, experiments: list[str] | None = None, sim
         partial = out.with_name(out.name + ".partial")
         with tarfile.open(partial, "w:xz") as tar:
             tar.add(Path(tmp) / "rows", arcname="rows")
-            sims = results_dir / "permutations"
-            if simulations and sims.is_dir():
-                tar.add(sims, arcname="permutations")
+            for data in DATA_DIRS if simulations else ():
+                if (results_dir / data).is_dir():
+                    tar.add(results_dir / data, arcname=data)
             for record in sorted(set(records)):
                 tar.add(record, arcname=f"tvm/{record.name}")
         partial.replace(out)  # a killed pack leaves no archive that looks complete

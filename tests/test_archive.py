@@ -38,6 +38,8 @@ def test_pack_then_unpack_gives_the_same_rows_in_the_store(tmp_path: Path) -> No
                for e in ("exp_a", "exp_b") for i in range(3)]  # fmt: skip
     (src / "permutations" / "sim").mkdir(parents=True)
     (src / "permutations" / "sim" / "x.parquet").write_bytes(b"not read here")
+    (src / "parlooper" / "model").mkdir(parents=True)  # the loop-string model's predictions
+    (src / "parlooper" / "model" / "p.parquet").write_bytes(b"predicted")
     (src / "tvm" / "m.tuning").mkdir(parents=True)
     for f, data in (("m.json", b'{"trials": 2}'), ("m.so", b"ELF"), ("m.tuning/db.json", b"[]"),
                     ("other.json", b"{}")):  # fmt: skip
@@ -45,7 +47,8 @@ def test_pack_then_unpack_gives_the_same_rows_in_the_store(tmp_path: Path) -> No
     out = tmp_path / "a.tar.xz"
     assert archive.pack(src, out, ["exp_a"]) == 3
     with tarfile.open(out) as tar:  # one table per experiment, not a file per row
-        assert sorted(tar.getnames()) == ["permutations", "permutations/sim", "permutations/sim/x.parquet",
+        assert sorted(tar.getnames()) == ["parlooper", "parlooper/model", "parlooper/model/p.parquet",
+                                          "permutations", "permutations/sim", "permutations/sim/x.parquet",
                                           "rows", "rows/exp_a.parquet", "tvm/m.json"]  # fmt: skip
     store.write_row(dst, make_row(experiment="exp_a", candidate_key="k0", times_ns=[9e9]))  # to be replaced
     assert archive.unpack(out, dst) == 3
@@ -62,6 +65,7 @@ def test_pack_then_unpack_gives_the_same_rows_in_the_store(tmp_path: Path) -> No
         .equals(b.sort_values(key).drop(columns="times_ns").reset_index(drop=True))
     )
     assert (dst / "permutations" / "sim" / "x.parquet").read_bytes() == b"not read here"
+    assert (dst / "parlooper" / "model" / "p.parquet").read_bytes() == b"predicted"
     assert [p.name for p in (dst / "tvm").iterdir()] == ["m.json"]
     assert (dst / "tvm" / "m.json").read_bytes() == b'{"trials": 2}'
 
