@@ -90,19 +90,26 @@ def _pin_last_cpu() -> None:
     os.sched_setaffinity(0, {max(os.sched_getaffinity(0))})
 
 
-def _measure(exe: Path, isa: str, iters: int, trials: int) -> dict[str, object]:
-    proc = subprocess.run(
-        [str(exe), isa, str(iters), str(trials)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        preexec_fn=_pin_last_cpu,
-        check=False,
-    )
-    interrupt.raise_if_stopped(proc.returncode, f"the peak benchmark for {isa}")
+def _tool(source: Path, cache_dir: Path, cc: str) -> Path:
+    """A benchmark tool of harness/driver (the peak benchmark, the cache probe), compiled once per cache."""
+    exe = build_executable(source, Path(cache_dir), PEAK_FLAGS, (), cc)
+    if not exe.ok or exe.so_path is None:
+        raise RuntimeError(f"cannot build {source}:\n{exe.error}")
+    return exe.so_path
+
+
+def _trials(exe: Path, args: list[str], what: str, timeout: float) -> list[float]:
+    """Run a benchmark tool on the last CPU this process may use; the per-trial numbers it prints."""
+    proc = subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=timeout,
+                          preexec_fn=_pin_last_cpu, check=False)  # fmt: skip
+    interrupt.raise_if_stopped(proc.returncode, what)
     if proc.returncode != 0:
-        raise RuntimeError(f"peak benchmark for {isa} failed (exit {proc.returncode}): {proc.stderr[-2000:]}")
-    found = json.loads(proc.stdout)["trials"]
+        raise RuntimeError(f"{what} failed (exit {proc.returncode}): {proc.stderr[-2000:]}")
+    return [float(t) for t in json.loads(proc.stdout)["trials"]]
+
+
+def _measure(exe: Path, isa: str, iters: int, trials: int) -> dict[str, object]:
+    found = _trials(exe, [isa, str(iters), str(trials)], f"the peak benchmark for {isa}", 600)
     mean = statistics.fmean(found)
     return {
         "gflops": max(found),  # best of N: slower trials were interrupted, not a slower core
@@ -159,13 +166,11 @@ def calibrate(
     for isa in m.isas:
         if fma_loop_spills(function_asm(asm, PEAK_FUNCTIONS[isa])):
             raise RuntimeError(f"peak.c's {isa} FMA loop uses memory operands with {cc_version(cc)}")
-    exe = build_executable(PEAK_SOURCE, cache_dir, PEAK_FLAGS, (), cc)
-    if not exe.ok or exe.so_path is None:
-        raise RuntimeError(f"cannot build {PEAK_SOURCE}:\n{exe.error}")
+    exe = _tool(PEAK_SOURCE, cache_dir, cc)
     iters = {**DEFAULT_ITERS, **(iters or {})}
-    peaks = {isa: _measure_quietly(exe.so_path, isa, iters[isa], trials) for isa in m.isas}
+    peaks = {isa: _measure_quietly(exe, isa, iters[isa], trials) for isa in m.isas}
 
-    record = {"fingerprint": m.fingerprint, "model_name": m.model_name, "cc_version": exe.cc_version}
+    record = {"fingerprint": m.fingerprint, "model_name": m.model_name, "cc_version": cc_version(cc)}
     cache_dir.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".tmp{os.getpid()}")
     tmp.write_text(json.dumps({**record, "peaks": peaks}, indent=1))
@@ -189,16 +194,9 @@ def probe_cache(
 ) -> float:
     """Read bandwidth (GB/s, best of ``trials``) over ``nbytes`` on the pinned CPU: the drift sentinel's
     reference kernel for the shared cache (harness/driver/stream.c), a few tens of ms."""
-    exe = build_executable(STREAM_SOURCE, Path(cache_dir), PEAK_FLAGS, (), cc)
-    if not exe.ok or exe.so_path is None:
-        raise RuntimeError(f"cannot build {STREAM_SOURCE}:\n{exe.error}")
     passes = max(1, STREAM_READ_BYTES // nbytes)
-    proc = subprocess.run([str(exe.so_path), str(nbytes), str(passes), str(trials)], capture_output=True,
-                          text=True, timeout=120, preexec_fn=_pin_last_cpu, check=False)  # fmt: skip
-    interrupt.raise_if_stopped(proc.returncode, "the cache probe")
-    if proc.returncode != 0:
-        raise RuntimeError(f"cache probe failed (exit {proc.returncode}): {proc.stderr[-2000:]}")
-    return float(max(json.loads(proc.stdout)["trials"]))
+    exe = _tool(STREAM_SOURCE, cache_dir, cc)
+    return max(_trials(exe, [str(nbytes), str(passes), str(trials)], "the cache probe", 120))
 
 
 def probe_peak(
@@ -209,7 +207,4 @@ def probe_peak(
     cc: str = "gcc",
 ) -> float:
     """A short re-measurement of the peak (tens of ms), to see whether the core runs as when calibrated."""
-    exe = build_executable(PEAK_SOURCE, Path(cache_dir), PEAK_FLAGS, (), cc)
-    if not exe.ok or exe.so_path is None:
-        raise RuntimeError(f"cannot build {PEAK_SOURCE}:\n{exe.error}")
-    return float(_measure(exe.so_path, isa, iters, trials)["gflops"])  # type: ignore[arg-type]
+    return float(_measure(_tool(PEAK_SOURCE, cache_dir, cc), isa, iters, trials)["gflops"])  # type: ignore[arg-type]

@@ -262,11 +262,8 @@ def run_experiment(
         for f in exp_flags:
             say(f"[{exp.name}] warning: {f}")
     # the cache probe reads with AVX2 loads: a CPU without them has the peak probe only
-    cache = (
-        (lambda: probe_cache(cache_probe_bytes(m), exp.cache_dir))
-        if exp.sanity.probe and "avx2" in m.isas
-        else None
-    )
+    nbytes = cache_probe_bytes(m)
+    cache = (lambda: probe_cache(nbytes, exp.cache_dir)) if exp.sanity.probe and "avx2" in m.isas else None
     watch = Sentinel(probe, exp.sanity.sentinel_s, exp.sanity.max_peak_drift, exp_flags, first, cache=cache)
     s = Session(exp, m, peaks, make_tensors(exp.workload, exp.seed, exp.check), watch, say)
     if strategy is not None:

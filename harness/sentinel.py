@@ -30,24 +30,21 @@ FLAG = "sentinel:"
 
 @dataclass
 class Probe:
-    """One reference measurement: what it is (for the flag), the row column of its ratio, its readings."""
+    """One reference measurement: what it is (for the flag), the row column of its ratio, its first and
+    latest readings."""
 
     name: str
     column: str
     run: Callable[[], float] | None
     first: float | None = None
-    last: float | None = None
-    readings: list[float] = field(default_factory=list)
+    last: float | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self.last = self.first
-        if self.first is not None:
-            self.readings.append(self.first)
 
     def read(self) -> None:
         assert self.run is not None
         self.last = float(self.run())
-        self.readings.append(self.last)
         if self.first is None:
             self.first = self.last
 
@@ -81,22 +78,17 @@ class Sentinel:
         keeps the reading it was given)."""
         if self.every_s is None:
             return
-        due = any(p.run is not None and p.first is None for p in self.probes)
-        if not due and self.clock() - self.at < self.every_s:
-            return
-        for p in self.probes:
-            if p.run is not None and (p.first is None or self.clock() - self.at >= self.every_s):
-                p.read()
-        self.at = self.clock()
+        passed = self.clock() - self.at >= self.every_s
+        due = [p for p in self.probes if p.run is not None and (p.first is None or passed)]
+        for p in due:
+            p.read()
+        if due:
+            self.at = self.clock()
 
     @property
     def ratio(self) -> float | None:
         """The peak probe's ratio (the first probe)."""
         return self.probes[0].ratio
-
-    @property
-    def readings(self) -> list[float]:
-        return self.probes[0].readings
 
     def drifted_down(self) -> bool:
         """The core or its cache runs slower than at the run's start by more than the drift allowed."""

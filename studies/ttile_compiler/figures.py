@@ -16,7 +16,6 @@ partial = some, differs = none.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import matplotlib
@@ -128,12 +127,6 @@ def verdict_of(results: list[tuple[str, bool, str]]) -> str:
     return "reproduced" if held == len(results) else "partial" if held else "differs"
 
 
-def _optional(**fields: Any) -> dict[str, Any]:
-    """PaperFigure fields that this version of reports.figures knows (the headline-number fields are new)."""
-    known = {f.name for f in dataclasses.fields(PaperFigure)}
-    return {k: v for k, v in fields.items() if k in known}
-
-
 def plot(data: pd.DataFrame, title: str) -> plt.Figure:
     """Box over microkernels per configuration, each microkernel's median with its 95% CI."""
     data = data.sort_values(["cc", "opt", "fma", "hoist"], ascending=[True, True, False, False])
@@ -202,14 +195,12 @@ def compilers(ctx: FigureContext) -> list[PaperFigure]:
             image=image,
             csv=csv,
             table=table.round(2).to_dict("records"),
-            **_optional(
-                ours=float(best["median_pct"]) if best is not None else None,
-                unit=f"% of peak, best configuration ({best['cc']} -{best['opt']}, fma+hoist)"
-                if best is not None
-                else "",
-                paper_value=float(meta["paper_numbers"]["with"]),
-                experiments=sorted(part["experiment"].unique()),
-            ),
+            ours=float(best["median_pct"]) if best is not None else None,
+            unit=f"% of peak, best configuration ({best['cc']} -{best['opt']}, fma+hoist)"
+            if best is not None
+            else "",
+            paper_value=float(meta["paper_numbers"]["with"]),
+            experiments=sorted(part["experiment"].unique()),
         )
 
     return ctx.per_machine(data, one)

@@ -1,23 +1,21 @@
-"""Seed 000 §5.2, the isolated microkernels: the best one and how many pass 85%, and the selection's cost.
+"""Seed 000 chapters 4-5, the microkernels: hoisting the accumulators (§4.3), the isolated conv microkernels
+(Fig 5.2's slice; the best one and how many pass 85%; the selection's cost) and the small matmul (Fig 5.6).
 
-Two figures per machine:
+- ``ttile_s4_3_hoisting``: every scheme with hoisting on and off, the ratio of their median % of peak.
+- ``ttile_fig5_2``: the slice c = h = r = s = 1 of the isolated microkernels, a heatmap over (uk, uw).
+- ``ttile_fig5_6``: per I the best candidate of each series (combination, partial tile, padding, libraries).
 - ``ttile_microkernel_best``: every microkernel ``harness microkernels`` measured (experiments
   ``microkernels-<op>-<isa>``), ranked by median % of calibrated peak with bootstrap 95% CIs; the issue's
   benchmark "best isolated microkernel >= 90% of calibrated peak; how many pass 85%" is stated beside the
-  thesis's claim (the Fig 5.2 section of reports/figures.py shows the slice c=h=r=s=1 only).
+  thesis's claim.
 - ``ttile_selection_cost``: the wall time of enumeration, benchmarking (compilation and timing) and
   selection, and the CPUs used, as ``harness microkernels`` stores them beside the selection
-  (``<results>/cache/microkernels-<fingerprint>-<isa>-<op>.json``, key ``wall_time``).
-
-Figure builders only receive the summary and the figure directory, so the selection files are looked up in
-the ``cache`` directory of the results the report is built from: the first ``cache`` folder above the
-figure directory (``<results>/report/figures`` -> ``<results>/cache``); a report written outside its
-results directory (``--out`` elsewhere) has no cost section.
+  (``<results>/cache/microkernels-<fingerprint>-<isa>-<op>.json``, key ``wall_time``), read from the
+  ``cache`` folder of the context's results directory (a report of other results has no cost section).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from pathlib import Path
 from typing import Any
@@ -46,12 +44,6 @@ COST_COLUMNS = (
     "timestamp", "set", "n_enumerated", "n_microkernels", "n_measured", "n_reused", "enumerate_s",
     "compile_s", "benchmark_s", "select_s", "total_s", "cpus_available", "compile_jobs", "timing_cpus",
 )  # fmt: skip
-
-
-def _optional(**fields: Any) -> dict[str, Any]:
-    """PaperFigure fields that this version of reports.figures knows (the headline-number fields are new)."""
-    known = {f.name for f in dataclasses.fields(PaperFigure)}
-    return {k: v for k, v in fields.items() if k in known}
 
 
 def _microkernel_rows(summary: pd.DataFrame) -> pd.DataFrame:
@@ -117,13 +109,11 @@ def best_microkernel(ctx: FigureContext) -> list[PaperFigure]:
             image=image,
             csv=csv,
             table=table.head(15).round(1).to_dict("records"),
-            **_optional(
-                ours=float(best["pct"]),
-                ours_ci=(lo, hi),
-                paper_value=target,
-                unit="% of calibrated peak, best microkernel",
-                experiments=[exp],
-            ),  # fmt: skip
+            ours=float(best["pct"]),
+            ours_ci=(lo, hi),
+            paper_value=target,
+            unit="% of calibrated peak, best microkernel",
+            experiments=[exp],
         )
 
     return ctx.per_machine(_microkernel_rows(ctx.summary), one, by=("experiment",))
@@ -217,12 +207,10 @@ def selection_cost(ctx: FigureContext) -> list[PaperFigure]:
                 image=image,
                 csv=csv,
                 table=table.round(2).to_dict("records"),
-                **_optional(
-                    ours=extrapolated_min if measured_n else None,
-                    paper_value=budget_min,
-                    unit=f"min for {thesis_n} microkernels (extrapolated)",
-                    experiments=sorted(part["experiment"].unique()),
-                ),  # fmt: skip
+                ours=extrapolated_min if measured_n else None,
+                paper_value=budget_min,
+                unit=f"min for {thesis_n} microkernels (extrapolated)",
+                experiments=sorted(part["experiment"].unique()),
             )
         )
     return figures
