@@ -493,6 +493,12 @@ def test_panel_packs_equal_the_reference(tmp_path: Path, shared_cache: Path) -> 
     whole = f"[PackT_B[j/{nr},k,j], PackT_A[i/4,k,i], R_j, R_i, R_k, U_{{4,i}}, U_{{2,j}}, V_j]"
     src = render(scheme(whole), mm(8, 2 * nr, 5))
     assert "panels of" in src.code
+    # whole panels are copied in the buffer's order, the panel's p values innermost with a constant bound
+    # (p short rows read side by side for A, contiguous stores for B); only a partial panel needs MIN
+    assert re.search(r"pq\d+_k < 5; .*\n\s*for \(int pq\d+_i = 0; pq\d+_i < 4; ", src.code)
+    assert "MIN(" not in src.code.split("int kernel", 1)[1]
+    odd = render(scheme(whole, partial="masked"), mm(9, 2 * nr, 5)).code
+    assert "- pp1 * 4 >= 4) {" in odd and "MIN(4, 9 - pp1 * 4)" in odd
     blocked = (
         f"[R_j, Texct_{{{4 * nr},j}}, R_k, Texct_{{40,k}}, PackT_B[j/{nr},k,j], R_i, Texct_{{30,i}}, "
         f"PackT_A[i/6,k,i], Tvar_{{{4 * nr},j}}, Tvar_{{30,i}}, Tvar_{{40,k}}, U_{{6,i}}, U_{{2,j}}, V_j]"

@@ -456,6 +456,28 @@ def test_headline_pairs_interleaved_rounds(tmp_path: Path) -> None:
     assert "on 1 the rounds disagree" in fig.measured
 
 
+@pytest.mark.parametrize(("slow", "verdict", "won"), [(50.0, "reproduced", 2), (40.0, "partial", 1)])
+def test_squares_figure_counts_the_squares_at_or_above_the_best_library(
+    slow: float, verdict: str, won: int, tmp_path: Path
+) -> None:
+    """Issue 33's square target: both squares at or above the best library; the rectangular target of the
+    same builder (gemm_tuned) does not count them."""
+    rows = []
+    for wl, ours in (("gemm_square_1000", 50.0), ("gemm_square_2000", slow)):
+        rows += fig_rows("gemm_squares", [
+            (wl, "scheme", scheme_label("A3B2C0", 6, 16), ours),
+            (wl, "scheme", scheme_label("B3A2C0", 6, 16), ours - 10),
+            (wl, "baseline", "openblas", 45.0),
+            (wl, "baseline", "mkl", 48.0),
+        ])  # fmt: skip
+    (fig,) = figures_of(rows, tmp_path, "gemm_squares")
+    assert fig.verdict == verdict and fig.ours == won and fig.paper_value == 2
+    assert f"squares: best tuned at or above the best library on {won} of 2" in fig.measured
+    best = [r for r in fig.table if r["who"] == "best tuned"]
+    assert sorted(r["ratio"] for r in best) == pytest.approx(sorted([50.0 / 48.0, slow / 48.0]), abs=1e-3)
+    assert figures_of([{**r, "experiment": "gemm_tuned"} for r in rows], tmp_path, "gemm_tuned")[0].ours == 0
+
+
 def test_fig13_ladder_and_fig19_packing_and_fig20_parallel(tmp_path: Path) -> None:
     from studies.gemm_family.kernels import parallel_scheme
 

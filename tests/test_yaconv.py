@@ -197,6 +197,14 @@ def test_shape_choice_avoids_zero_rows(h: int, nr: int) -> None:
     assert (g.H % got == 0) and got == nr
 
 
+def test_shape_choice_takes_the_exact_height_of_small_images_under_5x5_filters() -> None:
+    """A 7 x 7 image under a 5 x 5 filter has 11 padded rows: one 11-row panel (7 of its 11 rows give
+    output) beats the default 12 rows (7 of 12) by the estimate's x1.09, and ran 6-10% faster; shapes
+    that only promise 5% (112 x 112, C = 32) keep the default."""
+    assert choose_shape(geometry(conv(7, 7, 576, 576, 5)), "avx512") == (11, 32)
+    assert choose_shape(geometry(conv(112, 112, 32, 32, 3)), "avx512") == OUR_UKR["avx512"]
+
+
 def test_a_shape_outside_the_register_file_is_refused() -> None:
     with pytest.raises(ValueError, match="allowed: auto, .*6x16"):
         render_conv_algo(algo("yaconv", ukr="ours", target="avx2", shape="7x16"), conv(5, 5, 4, 8, 3))

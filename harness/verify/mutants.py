@@ -580,17 +580,24 @@ def packt_wrong_shuffle(code: str) -> str:
 
 
 # for (int pq1_i = 0; pq1_i < MIN(6, e_i_1 - pp1 * 6); pq1_i++)  (the copy into a PackT_X[d/p,...] panel)
+# the two copies into a panel buffer: a partial last panel (MIN bound) and a whole one (the constant p on
+# the innermost loop, right above the store into the buffer's panel pp)
 _PANEL_COPY = re.compile(r"< MIN\((?P<p>\d+), (?P<rest>[^;]*?) - (?P<pp>pp\d+) \* (?P=p)\);")
+_PANEL_COPY_WHOLE = re.compile(
+    r"for \(int (?P<v>pq\d+_\w+) = 0; (?P=v) < (?P<p>\d+); (?P=v)\+\+\)\n\s*buf\d+\[pp\d+ \* "
+)
 
 
 def panel_copy_short(code: str) -> str:
     """The copy into a panel buffer (``PackT_X[d/p,...,d]``) stops one row short of each panel: the
-    last of the p values of every panel is never written, so the microkernel reads what the workspace
-    held before."""
-    m = next(_PANEL_COPY.finditer(code), None)
-    if m is None:
+    last of the p values of every panel, whole or partial, is never written, so the microkernel reads
+    what the workspace held before."""
+    found = [*_PANEL_COPY.finditer(code), *_PANEL_COPY_WHOLE.finditer(code)]
+    if not found:
         raise MutationError("no copy into a panel buffer (PackT_X[d/p,...]) in the source")
-    return _splice(code, m.start("p"), m.end("p"), str(int(m["p"]) - 1))
+    for m in sorted(found, key=lambda m: -m.start("p")):  # from the end, so offsets stay valid
+        code = _splice(code, m.start("p"), m.end("p"), str(int(m["p"]) - 1))
+    return code
 
 
 def _entry(name: str, apply: Callable[[str], str], description: str, models: str) -> tuple[str, Mutant]:

@@ -148,24 +148,45 @@ class Packing(Emitter):
         bases = {x: b for x, (b, _) in env.items()}
         v_out, v_in = f"pp{n}", f"pq{n}_{d}"
         ext_d = actual[d]
-        self.line(f"for (int {v_out} = 0; {v_out} * {p} < {ext_d}; {v_out}++)")
-        self.depth += 1
-        # source axes outer to inner by source stride, so the innermost copy loop reads contiguously
         loops = {ax: (v_in if ax == ax_d else f"pq{n}_{acc.dims()[ax]}") for ax in range(len(acc.axes))}
-        opened = 0
-        for ax in sorted(range(len(acc.axes)), key=lambda x: -src.strides[x]):
-            bound = f"MIN({p}, {ext_d} - {v_out} * {p})" if ax == ax_d else actual[acc.dims()[ax]]
-            self.line(f"for (int {loops[ax]} = 0; {loops[ax]} < {bound}; {loops[ax]}++)")
-            self.depth += 1
-            opened += 1
         buf_off = " + ".join(
             [f"{v_out} * {per_panel}"] + [f"{loops[ax]} * {inner_strides[ax]}" for ax in order]
         )
         src_index = {ax: loops[ax] for ax in range(len(acc.axes))}
         src_index[ax_d] = f"({v_out} * {p} + {v_in})"
         src_off = " + ".join(f"{src_index[ax]} * {src.strides[ax]}" for ax in range(len(acc.axes)))
-        self.line(f"{buf}[{buf_off}] = ({src.address(acc, bases)})[{src_off}];")
-        self.depth -= opened + 1
+        assign = f"{buf}[{buf_off}] = ({src.address(acc, bases)})[{src_off}];"
+
+        def copy(axes: list[int], d_bound: str) -> None:
+            for ax in axes:
+                bound = d_bound if ax == ax_d else actual[acc.dims()[ax]]
+                self.line(f"for (int {loops[ax]} = 0; {loops[ax]} < {bound}; {loops[ax]}++)")
+                self.depth += 1
+            self.line(assign)
+            self.depth -= len(axes)
+
+        self.line(f"for (int {v_out} = 0; {v_out} * {p} < {ext_d}; {v_out}++)")
+        self.depth += 1
+        # A whole panel is written in the buffer's own order, d innermost with the constant bound p:
+        # contiguous stores the compiler vectorizes (B's panels) or p short rows read side by side
+        # (A's panels transposed). On 1000^3 (B3A2C0, 12 x 2 vectors, AVX-512, Emerald Rapids) the
+        # packs took about 10% of the call in the source order below; this order made the call 2.7%
+        # faster (8 interleaved runs). A partial last panel keeps the general loops (source order:
+        # contiguous reads, the bound from MIN).
+        by_src = sorted(range(len(acc.axes)), key=lambda x: -src.strides[x])
+        divisible = isinstance(ext_d, int) and ext_d % p == 0
+        if not divisible:
+            self.line(f"if ({ext_d} - {v_out} * {p} >= {p}) {{")
+            self.depth += 1
+        copy(order, str(p))
+        if not divisible:
+            self.depth -= 1
+            self.line("} else {")
+            self.depth += 1
+            copy(by_src, f"MIN({p}, {ext_d} - {v_out} * {p})")
+            self.depth -= 1
+            self.line("}")
+        self.depth -= 1
         origin = {x: bases[x] for x in acc.dims()}
         self.views[n] = View(buf, strides, origin, inner_strides, split)
         self.emit(pos + 1, env, binding)

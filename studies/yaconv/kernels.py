@@ -230,11 +230,14 @@ def shape_estimate(g: Geometry, nr: int, mr: int) -> float:
     return rows * chans
 
 
-def choose_shape(g: Geometry, target: str, margin: float = 1.10) -> tuple[int, int]:
+def choose_shape(g: Geometry, target: str, margin: float = 1.08) -> tuple[int, int]:
     """The shape of ``ukr_shapes`` with the best useful fraction times load/FMA balance (one k step issues
     NR*V FMAs and NR + V loads, V = MR/lanes, two of each per cycle), kept only if it beats the default
     shape by ``margin``: the estimate ignores that fewer image rows reuse each filter load less, and on
-    the 73 layers small shapes chosen for a 3% gain lost more than that (H = 56: x1.16 -> x1.01)."""
+    the 73 layers small shapes chosen for a 3% gain lost more than that (H = 56: x1.16 -> x1.01). At 1.08
+    the 7 x 7 layers with 5 x 5 filters (11 padded rows, estimate x1.09) take the 11 x 32 tile, which ran
+    6-10% faster than the default 12 x 32 there (Emerald Rapids, 2 interleaved rounds); no other of the 73
+    layers changes between 1.10 and 1.08."""
     lanes = get_target(target).lanes
     default = OUR_UKR[target]
 
@@ -356,9 +359,15 @@ int yaconv_conv(float *out, const float *img, const float *filt, long H, long W,
     /* pack the image rows once: element (k, r) of panel p at p*NR*WC + k*NR + r, rows past H are zero */
     for (long p = 0; p < npan; p++) {
       float *dst = imgbuf + p * YC_NR * WC;
+      const float *src = img + (nc + p * YC_NR) * WC;
+      if (nc + (p + 1) * YC_NR <= H) {  /* a whole panel: NR rows read side by side, stores contiguous */
+        for (long k = 0; k < WC; k++)
+          for (long r = 0; r < YC_NR; r++) dst[k * YC_NR + r] = src[r * WC + k];
+        continue;
+      }
       for (long r = 0; r < YC_NR; r++) {
         const long row = nc + p * YC_NR + r;
-        if (row < H) { const float *src = img + row * WC; for (long k = 0; k < WC; k++) dst[k * YC_NR + r] = src[k]; }
+        if (row < H) { for (long k = 0; k < WC; k++) dst[k * YC_NR + r] = src[r * WC + k]; }
         else for (long k = 0; k < WC; k++) dst[k * YC_NR + r] = 0.0f;
       }
     }
@@ -373,6 +382,7 @@ int yaconv_conv(float *out, const float *img, const float *filt, long H, long W,
               const float *src = filt + (fh * FWC + kc + k) * M + m0 + q * YC_MR;
               float *dst = filtbuf + q * YC_MR * KC + k * YC_MR;
               const long w = mcb - q * YC_MR < YC_MR ? mcb - q * YC_MR : YC_MR;
+              if (w == YC_MR) { for (long i = 0; i < YC_MR; i++) dst[i] = src[i]; continue; }  /* vector copies */
               for (long i = 0; i < w; i++) dst[i] = src[i];
               for (long i = w; i < YC_MR; i++) dst[i] = 0.0f;
             }
