@@ -238,6 +238,20 @@ def test_buffers_yaconv_bounded_im2col_grows() -> None:
 
 
 # -- study command, counters, figures ----------------------------------------------------------------
+def test_rounds_reach_every_layer_experiment(tmp_path: Path, monkeypatch) -> None:
+    """`harness yaconv --rounds N` times each layer's candidates in N interleaved rounds (default one
+    pass, as the thesis), in the mode's timing group."""
+    from studies.yaconv.commands import yaconv as command
+
+    seen = []
+    monkeypatch.setattr(command, "run_experiment", lambda exp, machine: seen.append(exp.timing))
+    command.main(["--quick", "--limit", "2", "--mode", "fresh", "--rounds", "3", "--results", str(tmp_path)])
+    assert [(t.rounds, t.mode) for t in seen] == [(3, "fresh")] * 2
+    seen.clear()
+    command.main(["--quick", "--limit", "1", "--results", str(tmp_path)])
+    assert [t.rounds for t in seen] == [1]
+
+
 def test_layer_sets_follow_the_thesis() -> None:
     from studies.yaconv.commands.yaconv import layer_set, paper_layers
 

@@ -1,8 +1,8 @@
 """YaConv vs im2col + GEMM (seed 001, ch. 5): per-layer GFLOPS on the torchvision layers, Fig 5.4/5.6 grids.
 
 ``harness yaconv [--set layers|seed000|fig5_4|fig5_6] [--quick] [--limit N] [--mode hot|cold|fresh]
-[--results DIR]`` measures, per layer, YaConv with BLIS's microkernel and with ours (6x16, and the shape
-``choose_shape`` picks for the layer), and im2col + BLIS sgemm (the paper's baseline),
+[--rounds N] [--results DIR]`` measures, per layer, YaConv with BLIS's microkernel and with ours
+(6x16, and the shape ``choose_shape`` picks for the layer), and im2col + BLIS sgemm (the paper's baseline),
 through the standard pipeline (check before timing, one row per candidate). Strided layers (seed 000's
 ``*`` layers) give a YaConv row with status ``unsupported`` and reason "not applicable", and an im2col row.
 Layers come from ``conf/workload/yaconv_layers.csv`` (the thesis's 73 unique geometries out of 218 layers)
@@ -154,6 +154,13 @@ def _parser() -> argparse.ArgumentParser:
         help="timing mode (fresh: cold caches and a newly mapped workspace per call, as the thesis's "
         "per-batch buffers; its experiment is yaconv_<set>_fresh)",
     )
+    p.add_argument(
+        "--rounds",
+        type=positive_int,
+        default=1,
+        help="time each layer's candidates in N interleaved rounds (a disturbed round shows as a spread "
+        "instead of a verdict; one pass by default, as the thesis)",
+    )
     p.add_argument("--results", type=Path, default=Path("results"))
     return p
 
@@ -177,5 +184,7 @@ def main(argv: list[str]) -> None:
         print(f"[{name}] layer {n}/{len(layers)} {layer.name} ({layer.models})", file=sys.stderr)
         w = layer.workload()
         batch = thesis_batch(w.flops) if args.mode == "fresh" else 1
-        exp = Experiment(name, w, cands, timing=replace(timing, batch=batch), results_dir=args.results)
+        exp = Experiment(
+            name, w, cands, timing=replace(timing, batch=batch, rounds=args.rounds), results_dir=args.results
+        )
         run_experiment(exp, machine=m)
