@@ -579,9 +579,9 @@ def packt_wrong_shuffle(code: str) -> str:
     return _splice(code, m.start("imm"), m.end("imm"), f"0x{swapped:02X}")
 
 
-# for (int pq1_i = 0; pq1_i < MIN(6, e_i_1 - pp1 * 6); pq1_i++)  (the copy into a PackT_X[d/p,...] panel)
-# the two copies into a panel buffer: a partial last panel (MIN bound) and a whole one (the constant p on
-# the innermost loop, right above the store into the buffer's panel pp)
+# the two copies into a PackT_X[d/p,...] panel buffer: a partial last panel,
+#   for (int pq1_i = 0; pq1_i < MIN(6, e_i_1 - pp1 * 6); pq1_i++)
+# and a whole one, the constant p on the innermost loop right above the store into the buffer's panel pp
 _PANEL_COPY = re.compile(r"< MIN\((?P<p>\d+), (?P<rest>[^;]*?) - (?P<pp>pp\d+) \* (?P=p)\);")
 _PANEL_COPY_WHOLE = re.compile(
     r"for \(int (?P<v>pq\d+_\w+) = 0; (?P=v) < (?P<p>\d+); (?P=v)\+\+\)\n\s*buf\d+\[pp\d+ \* "
