@@ -79,27 +79,28 @@ def same_rows(cluster: pd.DataFrame, local: pd.DataFrame) -> None:
     pd.testing.assert_frame_equal(a, b)
 
 
-def sacct(job_ids: set[str]) -> dict[str, str]:
-    """Print the `sacct` lines of ``job_ids`` (allocations, no steps); returns job id -> state (the raw
-    job id: an array task's own id, as its rows record it)."""
-    out = run(
-        [
-            "sacct",
-            "-X",
-            "-n",
-            "-P",
-            "-o",
-            "JobIDRaw,JobID,JobName,State,AllocCPUS,Elapsed",
-            "-j",
-            ",".join(sorted(job_ids)),
-        ]
-    )
-    states = {}
-    for line in out.stdout.splitlines():
-        print("sacct:", line)
-        job, _, _, state, *_ = line.split("|")
-        states[job] = state.split()[0]
-    return states
+# states a job passes through before it ends; submitit hands back a job's result as soon as the job has
+# written it, so sacct can still say RUNNING for a few seconds while the job's Python exits (CI saw it)
+NOT_ENDED = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING"}
+
+
+def sacct(job_ids: set[str], wait_s: float = 120) -> dict[str, str]:
+    """Print the `sacct` lines of ``job_ids`` (allocations, no steps) once every job has ended (or after
+    ``wait_s``); returns job id -> state (the raw job id: an array task's own id, as its rows record it)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        out = run(
+            ["sacct", "-X", "-n", "-P", "-o", "JobIDRaw,JobID,JobName,State,AllocCPUS,Elapsed", "-j",
+             ",".join(sorted(job_ids))]
+        )  # fmt: skip
+        states = {}
+        for line in out.stdout.splitlines():
+            print("sacct:", line)
+            job, _, _, state, *_ = line.split("|")
+            states[job] = state.split()[0]
+        if not NOT_ENDED & set(states.values()) or time.monotonic() > deadline:
+            return states
+        time.sleep(1)
 
 
 def allocations(df: pd.DataFrame) -> pd.Series:
