@@ -22,9 +22,9 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from harness import analysis, experiment_figure, provenance, store, verdict_matrix
+from harness import analysis, drawing, experiment_figure, provenance, store, verdict_matrix
 from harness.machine import microarchitecture
-from reports.figures import CLAIMS, PaperFigure, paper_figures
+from reports.figures import CLAIMS, PaperFigure, collect_paper_figures, paper_figure_calls
 
 TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "reports" / "templates"
 DEFAULT_TITLE = "Tensor kernel benchmark report"
@@ -79,42 +79,19 @@ def render_report(
             names[(e, k)] for e, k in zip(summary["experiment"], summary["candidate_key"], strict=True)
         ]
 
-    experiments = []
-    for exp in sorted(df["experiment"].dropna().unique()) if not df.empty else []:
-        exp_rows = df[df["experiment"] == exp]
-        exp_summary = summary[summary["experiment"] == exp]
-        ok = exp_summary["status"] == "ok"
-        marked = experiment_figure.mark_shown(exp_summary[ok]) if ok.any() else exp_summary[ok]
-        figures = []
-        for fp in sorted(exp_rows["machine_fingerprint"].unique()):
-            units = marked[marked["machine_fingerprint"] == fp]
-            if not units.empty:
-                # the repetitions of the named units only: those of 23 000 candidates would be a million lines
-                named = units[units["shown"]]
-                part = exp_rows[exp_rows["machine_fingerprint"] == fp]
-                part = part[part["candidate_key"].isin(named["candidate_key"])]
-                reps = analysis.repetitions(part, named)
-                reps["display"] = [names[(exp, k)] for k in reps["candidate_key"]]
-                figures.append(experiment_figure.plot(reps, units, fig_dir, _stem(exp, fp), exp, fp))
-        failed = exp_summary[~ok].sort_values(["machine_fingerprint", "workload", "display"])
-        sources = _sources(exp_rows, names)
-        experiments.append(
-            {
-                "name": exp,
-                "anchor": f"exp-{_slug(exp, 80)}",
-                "counts": unit_counts(exp_summary),
-                "figures": figures,
-                "machines": _summary_by_machine(exp_summary, marked, fig_dir),
-                "failed": _records(failed.head(LISTED)),
-                "n_failed": len(failed),
-                "failed_csv": _table_csv(failed, fig_dir, exp, "failed"),
-                "provenance": _provenance(exp_rows),
-                "sentinel": _sentinel(exp_rows, fig_dir, exp),
-                "sources": _records(sources.head(LISTED)),
-                "n_sources": len(sources),
-                "sources_csv": _table_csv(sources, fig_dir, exp, "sources"),
-            }
-        )
+    builder_errors: list[tuple[str, str]] = []
+    paper = paper_figure_calls(summary, fig_dir, builder_errors, results_dir)
+    drawings: list[drawing.Call] = []
+    experiments = _experiments(df, summary, names, fig_dir, drawings)
+    # the study figures first: the longest calls (a builder draws all of a study's machines)
+    done = drawing.run([*paper, *drawings], REPORT_WORKERS)
+    figures = sorted(
+        (complete_figure(f, summary) for f in collect_paper_figures(done[: len(paper)], builder_errors)),
+        key=lambda f: (f.paper, f.name, f.cpu_model, f.machine),
+    )
+    drawn = done[len(paper) :]
+    for experiment in experiments:
+        experiment["figures"] = [drawn[i] for i in experiment["figures"]]
 
     env = Environment(
         loader=FileSystemLoader(str(templates_dir)),
@@ -127,14 +104,6 @@ def render_report(
     env.filters["sig"] = _sig
     env.filters["slug"] = lambda s: _slug(s, 80)
     env.filters["short"] = lambda s, n=12: "" if s is None else str(s)[:n]
-    builder_errors: list[tuple[str, str]] = []
-    figures = sorted(
-        (
-            complete_figure(f, summary)
-            for f in paper_figures(summary, fig_dir, builder_errors, results_dir, REPORT_WORKERS)
-        ),
-        key=lambda f: (f.paper, f.name, f.cpu_model, f.machine),
-    )
     # (anchor, figure): the verdict table links to each figure's section
     anchored = [(f"fig-{i}-{_slug(f.name)}", f) for i, f in enumerate(figures, 1)]
     machines = _machines(df)
@@ -167,10 +136,79 @@ def render_report(
     return index
 
 
+def _experiment_figure(
+    df: pd.DataFrame,
+    summary: pd.DataFrame,
+    names: dict[tuple[str, str], str],
+    fig_dir: Path,
+    exp: str,
+    fp: str,
+) -> dict[str, str]:
+    """Draw experiment ``exp`` on machine ``fp`` (:func:`experiment_figure.plot`): the baselines and the
+    best candidates of each facet, ranked over every machine of the experiment, with their repetitions."""
+    exp_summary = summary[(summary["experiment"] == exp) & (summary["status"] == "ok")]
+    marked = experiment_figure.mark_shown(exp_summary)
+    units = marked[marked["machine_fingerprint"] == fp]
+    # the named units' repetitions only: 23 000 candidates' would be a million lines
+    named = units[units["shown"]]
+    # one mask, then one take: a worker copies each page of df's objects that its selection touches
+    mine = (
+        (df["experiment"] == exp)
+        & (df["machine_fingerprint"] == fp)
+        & df["candidate_key"].isin(named["candidate_key"])
+    )
+    reps = analysis.repetitions(df[mine], named)
+    reps["display"] = [names[(exp, k)] for k in reps["candidate_key"]]
+    return experiment_figure.plot(reps, units, fig_dir, _stem(exp, fp), exp, fp)
+
+
+def _experiments(
+    df: pd.DataFrame,
+    summary: pd.DataFrame,
+    names: dict[tuple[str, str], str],
+    fig_dir: Path,
+    drawings: list[drawing.Call],
+) -> list[dict[str, Any]]:
+    """One section per experiment: its tables, and its figures (one per machine) as indices of the calls
+    it appends to ``drawings``, which the caller runs."""
+    experiments = []
+    for exp in sorted(df["experiment"].dropna().unique()) if not df.empty else []:
+        exp_rows = df[df["experiment"] == exp]
+        exp_summary = summary[summary["experiment"] == exp]
+        ok = exp_summary["status"] == "ok"
+        marked = experiment_figure.mark_shown(exp_summary[ok]) if ok.any() else exp_summary[ok]
+        figures = []
+        for fp in sorted(marked["machine_fingerprint"].unique()):
+            figures.append(len(drawings))
+            # the worker finds its rows in df and summary, which it inherits: a call holding its own rows
+            # would keep them all in this process until every section is built (650 MB for every archive)
+            drawings.append((_experiment_figure, (df, summary, names, fig_dir, exp, fp)))
+        failed = exp_summary[~ok].sort_values(["machine_fingerprint", "workload", "display"])
+        sources = _sources(exp_rows, names)
+        experiments.append(
+            {
+                "name": exp,
+                "anchor": f"exp-{_slug(exp, 80)}",
+                "counts": unit_counts(exp_summary),
+                "figures": figures,
+                "machines": _summary_by_machine(exp_summary, marked, fig_dir),
+                "failed": _records(failed.head(LISTED)),
+                "n_failed": len(failed),
+                "failed_csv": _table_csv(failed, fig_dir, exp, "failed"),
+                "provenance": _provenance(exp_rows),
+                "sentinel": _sentinel(exp_rows, fig_dir, exp),
+                "sources": _records(sources.head(LISTED)),
+                "n_sources": len(sources),
+                "sources_csv": _table_csv(sources, fig_dir, exp, "sources"),
+            }
+        )
+    return experiments
+
+
 # -- paper figures -------------------------------------------------------------------------------------
 
 UNAVAILABLE = ("unsupported",)
-#: processes drawing the paper figures (a minute of drawing for the report of every archive)
+#: processes drawing the figures (the report of every archive draws about 200: two minutes on one core)
 REPORT_WORKERS = max(1, min(2, os.cpu_count() or 1))
 #: lines of a long table on the page (failed units, generated sources); all of them are in its CSV
 LISTED = 100

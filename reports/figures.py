@@ -10,11 +10,8 @@ never mix machines in one ratio: :meth:`FigureContext.per_machine`) from the sum
 
 from __future__ import annotations
 
-import gc
 import importlib
-import multiprocessing
 from collections.abc import Callable, Iterator
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,7 +23,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import yaml  # noqa: E402
 
-from harness import studies  # noqa: E402
+from harness import drawing, studies  # noqa: E402
 
 
 def _load_claims() -> dict[str, Any]:
@@ -226,26 +223,32 @@ def paper_figures(
     With ``errors`` (a list), a builder that raises is recorded there as (builder, error) and the others
     still run, so one broken plug-in cannot hide every other figure of the report; without it, it raises.
     ``results_dir`` is the builders' :attr:`FigureContext.results_dir`. ``workers`` > 1 runs the builders
-    in that many forked processes (each draws its own PNGs: the report of every archive spends a minute
-    drawing 100 figures), and returns the figures in the builders' order all the same.
+    in that many forked processes (:func:`harness.drawing.run`), and returns the figures in the builders'
+    order all the same.
     """
+    calls = paper_figure_calls(summary, out_dir, errors, results_dir)
+    return collect_paper_figures(drawing.run(calls, workers), errors)
+
+
+def paper_figure_calls(
+    summary: pd.DataFrame,
+    out_dir: Path,
+    errors: list[tuple[str, str]] | None = None,
+    results_dir: Path | None = None,
+) -> list[drawing.Call]:
+    """One :func:`harness.drawing.run` call per builder (arguments as :func:`paper_figures`); their
+    results make figures with :func:`collect_paper_figures`. A report runs them beside its own drawing."""
     if summary.empty:
         return []
     builders = all_builders() if errors is None else all_builders(errors)
-    global _JOB
-    _JOB = (builders, FigureContext(summary, Path(out_dir), results_dir))
-    try:
-        if workers > 1 and len(builders) > 1 and "fork" in multiprocessing.get_all_start_methods():
-            gc.freeze()  # a worker's collector would touch, and so copy, every page of the parent's objects
-            try:
-                with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
-                    outcomes = list(pool.map(_build_one, range(len(builders))))
-            finally:
-                gc.unfreeze()
-        else:
-            outcomes = [_build_one(i, reraise=errors is None) for i in range(len(builders))]
-    finally:
-        _JOB = None
+    ctx = FigureContext(summary, Path(out_dir), results_dir)
+    return [(_build_one, (build, ctx, errors is None)) for build in builders]
+
+
+def collect_paper_figures(
+    outcomes: list[tuple[str, list[PaperFigure], str | None]], errors: list[tuple[str, str]] | None = None
+) -> list[PaperFigure]:
+    """The figures of :func:`paper_figure_calls`' results, in the builders' order (errors as there)."""
     figures: list[PaperFigure] = []
     for name, built, error in outcomes:
         if error is None:
@@ -257,16 +260,10 @@ def paper_figures(
     return figures
 
 
-#: what the builders build from, set before a fork (a forked worker inherits it instead of a pickled copy)
-_JOB: tuple[list[Builder], FigureContext] | None = None
-
-
-def _build_one(i: int, reraise: bool = False) -> tuple[str, list[PaperFigure], str | None]:
-    """Run builder ``i`` of :data:`_JOB`: (its name, its figures, None), or (its name, [], the error)
-    unless ``reraise``."""
-    assert _JOB is not None
-    builders, ctx = _JOB
-    build = builders[i]
+def _build_one(
+    build: Builder, ctx: FigureContext, reraise: bool = False
+) -> tuple[str, list[PaperFigure], str | None]:
+    """Run one builder: (its name, its figures, None), or (its name, [], the error) unless ``reraise``."""
     name = f"{build.__module__}.{build.__qualname__}"
     try:
         return name, build(ctx), None
