@@ -4,11 +4,12 @@ Matplotlib spends most of a large report's time (the report of every archive dra
 and it runs in one thread. The calls are listed first and the workers forked after, so each inherits
 the list (nothing but results is pickled) and the parent waits meanwhile: a parent that went on
 building tables beside its forked workers would copy every shared page it writes (the report of every
-archive took 2.9 GB in all that way, 1.9 GB this way).
+archive took 2.9 GB in all, summed over the three processes, that way).
 """
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import multiprocessing
 from collections.abc import Callable, Sequence
@@ -31,6 +32,11 @@ def run(calls: Sequence[Call], workers: int) -> list[Any]:
         return [function(*args) for function, args in calls]
     global _CALLS
     _CALLS = calls
+    # the heap the parent freed goes back to the system before the fork (glibc keeps it otherwise):
+    # every archive's report, 2.2 GB in all (summed PSS) without, 1.9-2.0 GB with
+    gc.collect()
+    if _LIBC is not None:
+        _LIBC.malloc_trim(0)
     gc.freeze()  # a worker's collector would touch, and so copy, every page of the parent's objects
     try:
         with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as executor:
@@ -38,6 +44,12 @@ def run(calls: Sequence[Call], workers: int) -> list[Any]:
     finally:
         gc.unfreeze()
         _CALLS = ()
+
+
+#: the C library when it is glibc (malloc_trim), else None
+_LIBC: ctypes.CDLL | None = ctypes.CDLL(None)
+if not hasattr(_LIBC, "malloc_trim"):
+    _LIBC = None
 
 
 def _call(i: int) -> Any:
