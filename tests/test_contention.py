@@ -210,3 +210,28 @@ def test_versus_within_n_keeps_the_first_proposals_of_a_search(tmp_path: Path) -
     assert vs.versus(summary, vs.DEFAULT_BASELINES)["best"].tolist() == ["[L]"]
     (line,) = vs.versus(summary, vs.DEFAULT_BASELINES, within=100).itertuples()
     assert line.best == "[E]" and line.round_ratio == pytest.approx(1000 / 1100)
+
+
+def test_versus_all_takes_every_baseline_of_the_rows(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """--baselines all: the fastest library of any in the rows (the GEMM study's verdict); a named
+    baseline absent from the rows fails and lists the ones present."""
+    from harness.commands import versus as vs
+
+    rows = [
+        _unit("a", "scheme", "[A]", "gemm_square_1000", [1000.0] * 3),
+        _unit("o", "baseline", "onednn", "gemm_square_1000", [1100.0] * 3),
+        _unit("m", "baseline", "mkl", "gemm_square_1000", [800.0] * 3),
+    ]
+    for r in rows:
+        store.write_row(tmp_path, r)
+    vs.main(["--results", str(tmp_path), "--experiment", "exp1"])
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if "gemm_square_1000" in x)
+    assert "baselines (the fastest counts): onednn, onednn-blocked" in out and " onednn " in line
+    vs.main(["--results", str(tmp_path), "--experiment", "exp1", "--baselines", "all"])
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if "gemm_square_1000" in x)
+    assert "baselines (the fastest counts): mkl, onednn" in out and " mkl " in line
+    with pytest.raises(SystemExit) as exc:
+        vs.main(["--results", str(tmp_path), "--experiment", "exp1", "--baselines", "blis"])
+    assert exc.value.code == 2 and "(its baselines: mkl, onednn)" in capsys.readouterr().err

@@ -24,6 +24,7 @@ from studies.yaconv.kernels import (
     geometry,
     margin_rows,
     render_conv_algo,
+    shape_estimate,
     ukr_shapes,
     yaconv_buffers,
 )
@@ -87,7 +88,7 @@ def libs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, ctypes.CDLL]:
 
 
 def call_yaconv(lib: ctypes.CDLL, img: np.ndarray, filt: np.ndarray, ph: int, pw: int, margins: bool,
-                blk: tuple[int, int, int] = (40, 20, 30)) -> np.ndarray:  # fmt: skip
+                blk: tuple[int, int, int] = (40, 20, 30), window: bool = False) -> np.ndarray:  # fmt: skip
     H, W, C = img.shape
     FH, FW, _, M = filt.shape
     g = Geometry(H, W, C, FH, FW, M, ph, pw)
@@ -97,7 +98,8 @@ def call_yaconv(lib: ctypes.CDLL, img: np.ndarray, filt: np.ndarray, ph: int, pw
     f = ctypes.POINTER(ctypes.c_float)
     ptr = lambda a: a.ctypes.data_as(f)  # noqa: E731
     rc = lib.yaconv_conv(ptr(out), ptr(img), ptr(filt), L(H), L(W), L(C), L(FH), L(FW), L(M), L(ph), L(pw),
-                         L(blk[0]), L(blk[1]), L(blk[2]), ctypes.c_int(int(margins)), ptr(ws))  # fmt: skip
+                         L(blk[0]), L(blk[1]), L(blk[2]), ctypes.c_int(int(margins)),
+                         ctypes.c_int(int(window)), ptr(ws))  # fmt: skip
     assert rc == 0
     return out
 
@@ -107,17 +109,21 @@ SHAPES = [(7, 5, 3, 5, 3, 1, 1), (13, 9, 4, 17, 3, 1, 1), (5, 6, 2, 33, 5, 2, 2)
           (11, 7, 5, 20, 3, 0, 2), (4, 4, 1, 1, 2, 1, 0)]  # fmt: skip
 
 
+# spill rows (margins) or the edge tile; with rows=window (only the rows that give output, no spill rows)
+SPILLS = [("tile", False), ("margins", False), ("tile", True)]
+
+
 @pytest.mark.parametrize("ukr", UKRS)
-@pytest.mark.parametrize("margins", [False, True])
+@pytest.mark.parametrize("spill", SPILLS, ids=lambda s: s[0] + ("-window" if s[1] else ""))
 @pytest.mark.parametrize("shape", SHAPES)
-def test_yaconv_equals_reference_with_padding(libs, ukr, margins, shape) -> None:
+def test_yaconv_equals_reference_with_padding(libs, ukr, spill, shape) -> None:
     if ukr not in libs:
         pytest.skip(f"this CPU ({HOST.model_name}) cannot execute avx2")
     H, W, C, M, F, ph, pw = shape
     rng = np.random.default_rng(hash(shape) % 1000)
     img = rng.integers(-4, 5, (H, W, C)).astype(np.float32)
     filt = rng.integers(-4, 5, (F, F, C, M)).astype(np.float32)
-    got = call_yaconv(libs[ukr], img, filt, ph, pw, margins)
+    got = call_yaconv(libs[ukr], img, filt, ph, pw, spill[0] == "margins", window=spill[1])
     np.testing.assert_array_equal(got, reference(img, filt, ph, pw))
 
 
@@ -141,6 +147,8 @@ def test_yaconv_detects_a_wrong_blocking(libs) -> None:
         algo("yaconv", ukr="ours", target="avx2"),
         algo("yaconv", ukr="ours", target="avx2", shape="auto"),
         algo("yaconv", ukr="blis", spill="margins"),
+        algo("yaconv", ukr="ours", target="avx2", shape="auto", rows="window"),
+        algo("yaconv", ukr="blis", rows="window"),
         algo("im2col", gemm="blis"),
         algo("im2col", gemm="ours", target="avx2"),
         algo("direct", target="avx2"),
@@ -362,3 +370,26 @@ def test_memory_figure_uses_the_rendered_workspace() -> None:
     assert render_conv_algo(algo("im2col", gemm="blis"), w).workspace_bytes == workspace_total(
         im2col_buffers(w)
     )
+
+
+def test_rows_window_is_checked(libs) -> None:
+    """rows=window has no spill rows: with margins the renderer refuses it and the C function returns 9;
+    an unknown rows value names the allowed ones."""
+    w = conv(7, 5, 6, 19, 3)
+    with pytest.raises(ValueError, match="rows=window .* spill=tile"):
+        render_conv_algo(algo("yaconv", ukr="blis", rows="window", spill="margins"), w)
+    with pytest.raises(ValueError, match="allowed: all, window"):
+        render_conv_algo(algo("yaconv", ukr="blis", rows="some"), w)
+    lib = libs.get("blis") or next(iter(libs.values()))
+    img, filt = np.ones((5, 5, 2), np.float32), np.ones((3, 3, 2, 4), np.float32)
+    with pytest.raises(AssertionError):  # call_yaconv asserts rc == 0
+        call_yaconv(lib, img, filt, 1, 1, True, window=True)
+
+
+def test_window_rows_change_the_shape_estimate() -> None:
+    """7 x 7 output from an 11-row padded image (5 x 5 filters): 7 of 11 rows useful with the thesis's
+    packing for an 11-row tile, 7 of 7 with rows=window and a 7-row tile."""
+    g = Geometry(11, 11, 64, 5, 5, 64)
+    assert shape_estimate(g, 11, 32) == pytest.approx(7 / 11)
+    assert shape_estimate(g, 7, 32, window=True) == pytest.approx(1.0)
+    assert shape_estimate(g, 12, 32, window=True) == pytest.approx(7 / 12)

@@ -1,6 +1,6 @@
 """each workload's best candidate against the best of its baselines, as ratios paired by timing round
 
-    harness versus --results DIR --experiment ttile_conv_prior [--baselines onednn,onednn-blocked]
+    harness versus --results DIR --experiment ttile_conv_prior [--baselines onednn,onednn-blocked|all]
                    [--within N] [--csv OUT.csv]
 
 Per machine, workload and timing condition (the mode, and the co-runner if there was one): the fastest
@@ -38,7 +38,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--baselines",
         default=",".join(DEFAULT_BASELINES),
-        help="baselines (candidate texts), comma separated; the fastest of them counts",
+        help="baselines (candidate texts), comma separated, or 'all' (every baseline in the rows); the "
+        "fastest of them counts",
     )
     p.add_argument("--within", type=positive_int, default=None,
                    help="only the candidates a search proposed among its first N")  # fmt: skip
@@ -121,16 +122,20 @@ def networks(table: pd.DataFrame) -> pd.DataFrame:
 
 def main(argv: list[str]) -> None:
     args = _parser().parse_args(argv)
-    baselines = tuple(b.strip() for b in args.baselines.split(",") if b.strip())
     rows = store.load(args.results, args.experiment)
     if rows.empty:
         print(f"harness versus: no rows of experiment {args.experiment} in {args.results}", file=sys.stderr)
         raise SystemExit(2)
+    present = sorted(rows.loc[rows["candidate_kind"] == "baseline", "candidate_text"].astype(str).unique())
+    named = tuple(b.strip() for b in args.baselines.split(",") if b.strip())
+    baselines = tuple(present) if named == ("all",) else named
     table = versus(analysis.summarize(rows), baselines, args.within)
     if table.empty:
         print(f"harness versus: no workload of {args.experiment} has both a candidate and one of "
-              f"{', '.join(baselines)} ok", file=sys.stderr)  # fmt: skip
+              f"{', '.join(baselines)} ok (its baselines: {', '.join(present) or 'none'})",
+              file=sys.stderr)  # fmt: skip
         raise SystemExit(2)
+    print(f"baselines (the fastest counts): {', '.join(baselines)}")
     with pd.option_context("display.width", 200, "display.max_colwidth", 60, "display.precision", 3):
         cols = ["machine_fingerprint", "condition", "workload", "best_pct", "baseline_pct", "baseline",
                 "round_ratio", "round_ratio_low", "round_ratio_high", "rounds"]  # fmt: skip

@@ -221,16 +221,16 @@ def ukr_shapes(target: str) -> list[tuple[int, int]]:
     return out
 
 
-def shape_estimate(g: Geometry, nr: int, mr: int) -> float:
+def shape_estimate(g: Geometry, nr: int, mr: int, window: bool = False) -> float:
     """Useful fraction of the microkernel's work on this layer: every filter-row pass runs round_up(H, NR)
-    image rows of which OH produce output (the period-NR pattern of §5.3), and round_up(M, MR) channels
-    of which M are real."""
-    rows = g.OH / _round_up(g.H, nr)
+    image rows of which OH produce output (the period-NR pattern of §5.3; with ``window``, round_up(OH, NR)
+    rows), and round_up(M, MR) channels of which M are real."""
+    rows = g.OH / _round_up(g.OH if window else g.H, nr)
     chans = g.M / _round_up(g.M, mr)
     return rows * chans
 
 
-def choose_shape(g: Geometry, target: str, margin: float = 1.08) -> tuple[int, int]:
+def choose_shape(g: Geometry, target: str, margin: float = 1.08, window: bool = False) -> tuple[int, int]:
     """The shape of ``ukr_shapes`` with the best useful fraction times load/FMA balance (one k step issues
     NR*V FMAs and NR + V loads, V = MR/lanes, two of each per cycle), kept only if it beats the default
     shape by ``margin``: the estimate ignores that fewer image rows reuse each filter load less, and on
@@ -244,7 +244,7 @@ def choose_shape(g: Geometry, target: str, margin: float = 1.08) -> tuple[int, i
     def score(shape: tuple[int, int]) -> float:
         nr, mr = shape
         v = mr // lanes
-        return shape_estimate(g, nr, mr) * min(1.0, nr * v / (nr + v))
+        return shape_estimate(g, nr, mr, window) * min(1.0, nr * v / (nr + v))
 
     best = max(ukr_shapes(target), key=lambda s: (round(score(s), 3), s[0] * s[1]))
     return best if score(best) >= margin * score(default) else default
@@ -329,10 +329,34 @@ static inline int ukr_blis(long kdim, const float *img, const float *filt, float
 _YACONV = r"""
 #define YC_ALIGN(x) ((((x) + 255) / 256) * 256)
 /* O[oh][ow][m] += sum_{fh,fw,c} I[oh+fh-PH][ow+fw-PW][c] * F[fh][fw][c][m]  (I zero outside H x W) */
+/* pack npan panels of NR image rows y0, y0 + 1, ...: element (k, r) of panel p at p*NR*WC + k*NR + r; rows
+   outside 0..H-1 are zero */
+static void yc_pack(float *imgbuf, const float *img, long y0, long npan, long H, long WC) {
+  for (long p = 0; p < npan; p++) {
+    float *dst = imgbuf + p * YC_NR * WC;
+    const long first = y0 + p * YC_NR;
+    const float *src = img + first * WC;
+    if (first >= 0 && first + YC_NR <= H) {  /* a whole panel: NR rows read side by side, stores contiguous */
+      for (long k = 0; k < WC; k++)
+        for (long r = 0; r < YC_NR; r++) dst[k * YC_NR + r] = src[r * WC + k];
+      continue;
+    }
+    for (long r = 0; r < YC_NR; r++) {
+      const long row = first + r;
+      if (row >= 0 && row < H) { for (long k = 0; k < WC; k++) dst[k * YC_NR + r] = img[row * WC + k]; }
+      else for (long k = 0; k < WC; k++) dst[k * YC_NR + r] = 0.0f;
+    }
+  }
+}
+/* window = 0: the thesis's §5.2, the image packed once per row block and every filter row's GEMMs run over
+   all its rows (on a small image a share of them land outside the output: §5.3's waste); window = 1: per
+   filter row, the rows that give output are packed (output row o reads image row o + fh - PH), so no
+   GEMM row is wasted, for FH packings of the image instead of one (not with margins) */
 int yaconv_conv(float *out, const float *img, const float *filt, long H, long W, long C, long FH, long FW, long M,
-                long PH, long PW, long MCB, long KCB, long NCB, int margins, float *ws) {
+                long PH, long PW, long MCB, long KCB, long NCB, int margins, int window, float *ws) {
   const long OH = H + 2 * PH - FH + 1, OW = W + 2 * PW - FW + 1, WC = W * C, FWC = FW * C;
   if (OH <= 0 || OW <= 0) return 0;
+  if (window && margins) return 9;
   const long ldc = OW * M;
   ws = (float *)(((uintptr_t)ws + 63) & ~(uintptr_t)63);  /* packed panels: 64-byte aligned (BLIS uses aligned loads) */
   const long KC = FWC < KCB ? FWC : KCB;
@@ -354,24 +378,12 @@ int yaconv_conv(float *out, const float *img, const float *filt, long H, long W,
     memset(buf, 0, sizeof(float) * (size_t)((before + OH + after) * ldc));
     obase = buf + before * ldc;
   }
-  for (long nc = 0; nc < H; nc += NCI) {
-    const long nh = H - nc < NCI ? H - nc : NCI, npan = (nh + YC_NR - 1) / YC_NR;
-    /* pack the image rows once: element (k, r) of panel p at p*NR*WC + k*NR + r, rows past H are zero */
-    for (long p = 0; p < npan; p++) {
-      float *dst = imgbuf + p * YC_NR * WC;
-      const float *src = img + (nc + p * YC_NR) * WC;
-      if (nc + (p + 1) * YC_NR <= H) {  /* a whole panel: NR rows read side by side, stores contiguous */
-        for (long k = 0; k < WC; k++)
-          for (long r = 0; r < YC_NR; r++) dst[k * YC_NR + r] = src[r * WC + k];
-        continue;
-      }
-      for (long r = 0; r < YC_NR; r++) {
-        const long row = nc + p * YC_NR + r;
-        if (row < H) { for (long k = 0; k < WC; k++) dst[k * YC_NR + r] = src[r * WC + k]; }
-        else for (long k = 0; k < WC; k++) dst[k * YC_NR + r] = 0.0f;
-      }
-    }
-    for (long fh = 0; fh < FH; fh++)
+  const long ROWS = window ? OH : H;                  /* the rows the blocks run over: output or image */
+  for (long nc = 0; nc < ROWS; nc += NCI) {
+    const long nh = ROWS - nc < NCI ? ROWS - nc : NCI, npan = (nh + YC_NR - 1) / YC_NR;
+    if (!window) yc_pack(imgbuf, img, nc, npan, H, WC);  /* the image rows once, rows past H zero */
+    for (long fh = 0; fh < FH; fh++) {
+      if (window) yc_pack(imgbuf, img, nc + fh - PH, npan, H, WC);  /* the rows of output rows nc.. */
       for (long m0 = 0; m0 < M; m0 += MC) {
         const long mcb = M - m0 < MC ? M - m0 : MC, nq = (mcb + YC_MR - 1) / YC_MR;
         for (long kc = 0; kc < FWC; kc += KC) {
@@ -387,7 +399,7 @@ int yaconv_conv(float *out, const float *img, const float *filt, long H, long W,
               for (long i = w; i < YC_MR; i++) dst[i] = 0.0f;
             }
           for (long p = 0; p < npan; p++) {
-            const long r0 = nc + p * YC_NR - fh + PH;  /* output row of the panel's first image row */
+            const long r0 = window ? nc + p * YC_NR : nc + p * YC_NR - fh + PH;  /* output row of its first row */
             const int inside = r0 >= 0 && r0 + YC_NR <= OH;
             if (!margins && (r0 >= OH || r0 + YC_NR <= 0)) continue;  /* whole tile in the spill space */
             for (long ow = 0; ow < OW; ow++) {
@@ -413,6 +425,7 @@ int yaconv_conv(float *out, const float *img, const float *filt, long H, long W,
           }
         }
       }
+    }
   }
   if (margins) for (long i = 0; i < OH * ldc; i++) out[i] += obase[i];
   return 0;
@@ -420,11 +433,20 @@ int yaconv_conv(float *out, const float *img, const float *filt, long H, long W,
 """
 
 
+def rows_window(candidate: Candidate) -> bool:
+    """Option ``rows``: ``all`` (the thesis: the image packed once, every filter row's GEMMs over all its
+    rows) or ``window`` (per filter row, only the rows that give output; beyond the thesis, issue 33)."""
+    rows = str(candidate.option("rows", "all"))
+    if rows not in ("all", "window"):
+        raise ValueError(f"conv_algo yaconv: rows={rows!r} is not allowed; allowed: all, window")
+    return rows == "window"
+
+
 def _shape(candidate: Candidate, g: Geometry, target: str) -> tuple[int, int]:
     """Our microkernel's (NR, MR): option shape = "auto" (choose_shape for this layer) or "NRxMR"."""
     text = str(candidate.option("shape", "x".join(map(str, OUR_UKR[target]))))
     if text == "auto":
-        return choose_shape(g, target)
+        return choose_shape(g, target, window=rows_window(candidate))
     allowed = ukr_shapes(target)
     try:
         nr, mr = (int(v) for v in text.split("x"))
@@ -486,6 +508,10 @@ def render_yaconv(candidate: Candidate, workload: Workload) -> KernelSource:
     spill = str(candidate.option("spill", "tile"))
     if spill not in ("tile", "margins"):
         raise ValueError(f"conv_algo yaconv: spill={spill!r} is not allowed; allowed: tile, margins")
+    window = rows_window(candidate)
+    if window and spill == "margins":
+        raise ValueError("conv_algo yaconv: rows=window packs only the rows that give output, so it has no "
+                         "spill rows: use it with spill=tile (the default)")  # fmt: skip
     ukr, blk, pre, cflags, libs, target = _blocking(candidate, g)
     if any(v <= 0 for v in (blk.mc, blk.kc, blk.nc)):
         raise ValueError(f"conv_algo yaconv: mc, kc and nc must be positive, got {blk}")
@@ -494,12 +520,13 @@ def render_yaconv(candidate: Candidate, workload: Workload) -> KernelSource:
     ready = "blis_ready()" if ukr == "blis" else "0"
     code = (
         f"/* YaConv (seed 001, §5.2): {g}, ukr={ukr} NR={blk.nr} MR={blk.mr} mc={blk.mc} kc={blk.kc} nc={blk.nc}, "
-        f"spill={spill} */\n#include <stdint.h>\n#include <string.h>\n{pre}#define YC_NR {blk.nr}\n#define YC_MR {blk.mr}\n{_YACONV}\n"
+        f"spill={spill}{' rows=window' if window else ''} */\n#include <stdint.h>\n#include <string.h>\n{pre}#define YC_NR {blk.nr}\n#define YC_MR {blk.mr}\n{_YACONV}\n"
         f"int yaconv_init(void) {{ return {ready}; }}\n"
         "int kernel(float *const *tensors, void *workspace) {\n"
         f"{init}"
         f"  return yaconv_conv(tensors[0], tensors[1], tensors[2], {g.H}, {g.W}, {g.C}, {g.FH}, {g.FW}, {g.M}, 0, 0,\n"
-        f"                     {blk.mc}, {blk.kc}, {blk.nc}, {int(spill == 'margins')}, (float *)workspace);\n}}\n"
+        f"                     {blk.mc}, {blk.kc}, {blk.nc}, {int(spill == 'margins')}, {int(window)},\n"
+        "                     (float *)workspace);\n}\n"
     )
     # one extra MR x NR tile of slack: the buffers are laid out with 1 KiB alignment each
     return KernelSource(

@@ -7,7 +7,8 @@ through the standard pipeline (check before timing, one row per candidate). Stri
 ``*`` layers) give a YaConv row with status ``unsupported`` and reason "not applicable", and an im2col row.
 Layers come from ``conf/workload/yaconv_layers.csv`` (the thesis's 73 unique geometries out of 218 layers)
 and ``conf/workload/ttile_layers.csv`` (seed 000's 23 layers, filters > 1); cachegrind counts are
-``harness yaconv-counters``.
+``harness yaconv-counters``. At the end it prints the headline of the experiment's stored rows on this
+machine (``studies/yaconv/headline.py``): best YaConv / best im2col per layer, geomean, rounds, losers.
 
 Batch: the thesis times a batch of N = 1e9 / flops images (run.sh; about one image for the large layers),
 each run a new process whose buffers are allocated inside the timed batch. The default hot mode times
@@ -25,12 +26,13 @@ import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from harness import config
+from harness import analysis, config, store
 from harness import machine as machine_mod
 from harness.commands import positive_int
 from harness.experiment import Experiment, run_experiment
 from kernels.baselines import versioned
 from kernels.candidate import Candidate, Workload
+from studies.yaconv import headline
 
 CONF = Path(__file__).resolve().parents[3] / "conf" / "workload"  # studies/yaconv/commands/ -> the repo
 LAYERS_CSV = CONF / "yaconv_layers.csv"
@@ -125,14 +127,19 @@ def thesis_batch(flops: int) -> int:
 
 
 def candidates(isa: str, with_ours: bool = True) -> list[Candidate]:
-    """YaConv (BLIS's microkernel; ours, in the default shape and in the shape chosen for the layer) and
-    im2col + BLIS sgemm: the same library's pieces on both sides. With ours, im2col + OpenBLAS's sgemm
+    """YaConv (BLIS's microkernel; ours, in the default shape and in the shape chosen for the layer; with
+    ours, BLIS's and ours chosen again with ``rows=window``) and im2col + BLIS sgemm: the same library's
+    pieces on both sides. With ours, im2col + OpenBLAS's sgemm
     too: our microkernel uses the host's widest vectors, Debian's BLIS may not (AVX2 'haswell' kernels on
     an AVX-512 Xeon), so the best YaConv is compared with the best im2col as well."""
     out = [Candidate("conv_algo", "yaconv", (("ukr", "blis"),))]
     if with_ours:
         out.append(Candidate("conv_algo", "yaconv", (("target", isa), ("ukr", "ours"))))
         out.append(Candidate("conv_algo", "yaconv", (("shape", "auto"), ("target", isa), ("ukr", "ours"))))
+        # beyond the thesis: per filter row only the image rows that give output (no §5.3 waste)
+        out.append(Candidate("conv_algo", "yaconv", (("rows", "window"), ("ukr", "blis"))))
+        window = (("rows", "window"), ("shape", "auto"), ("target", isa), ("ukr", "ours"))
+        out.append(Candidate("conv_algo", "yaconv", window))
     out.append(versioned(Candidate("conv_algo", "im2col", (("gemm", "blis"),))))  # BLIS's version in its key
     if with_ours:
         out.append(versioned(Candidate("conv_algo", "im2col", (("gemm", "openblas"),))))
@@ -188,3 +195,8 @@ def main(argv: list[str]) -> None:
             name, w, cands, timing=replace(timing, batch=batch, rounds=args.rounds), results_dir=args.results
         )
         run_experiment(exp, machine=m)
+    # the run's headline on this machine (the stored rows of the experiment, earlier runs included)
+    summary = analysis.summarize(store.load(args.results, name))
+    table = headline.per_layer(summary[summary["machine_fingerprint"] == m.fingerprint])
+    lines = headline.headline(table) if not table.empty else [f"[{name}] no layer with both algorithms ok"]
+    print("\n".join(lines))
