@@ -126,7 +126,7 @@ def thesis_batch(flops: int) -> int:
     return max(1, int(1e9 // flops))
 
 
-def candidates(isa: str, with_ours: bool = True) -> list[Candidate]:
+def candidates(isa: str, with_ours: bool = True, with_window: bool = True) -> list[Candidate]:
     """YaConv (BLIS's microkernel; ours, in the default shape and in the shape chosen for the layer; with
     ours, BLIS's and ours chosen again with ``rows=window``) and im2col + BLIS sgemm: the same library's
     pieces on both sides. With ours, im2col + OpenBLAS's sgemm
@@ -136,7 +136,7 @@ def candidates(isa: str, with_ours: bool = True) -> list[Candidate]:
     if with_ours:
         out.append(Candidate("conv_algo", "yaconv", (("target", isa), ("ukr", "ours"))))
         out.append(Candidate("conv_algo", "yaconv", (("shape", "auto"), ("target", isa), ("ukr", "ours"))))
-        # beyond the thesis: per filter row only the image rows that give output (no §5.3 waste)
+    if with_ours and with_window:  # beyond the thesis: per filter row the rows that give output (§5.3)
         out.append(Candidate("conv_algo", "yaconv", (("rows", "window"), ("ukr", "blis"))))
         window = (("rows", "window"), ("shape", "auto"), ("target", isa), ("ukr", "ours"))
         out.append(Candidate("conv_algo", "yaconv", window))
