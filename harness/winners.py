@@ -27,7 +27,8 @@ def best_of(
 ) -> list[Candidate]:
     """The ``spec['n']`` (default 1) fastest ok schemes of experiment ``spec['experiment']`` (or of a list
     of experiments, pooled: the best of several searches) on ``workload`` and this machine, by median time
-    in hot mode without a co-runner; their code-generation options are the ones they were measured with."""
+    in hot mode without a co-runner (pooled, by that time over the fastest baseline of the scheme's own
+    experiment, when each has one); their code-generation options are the ones they were measured with."""
     experiment = spec.get("experiment")
     names = [experiment] if isinstance(experiment, str) else list(experiment or [])
     n = spec.get("n", 1)
@@ -37,15 +38,24 @@ def best_of(
     rows = pd.concat([store.load(where, str(e)) for e in names], ignore_index=True)
     plain = rows["contention"].isna() & (rows["timing_mode"] == "hot")
     mine = (rows["workload"] == workload.name) & (rows["machine_fingerprint"] == fingerprint)
-    summary = analysis.summarize(rows[plain & mine & (rows["candidate_kind"] == "scheme")])
+    summary = analysis.summarize(rows[plain & mine])
     ok = summary[summary["status"] == "ok"]
+    libs, ok = ok[ok["candidate_kind"] == "baseline"], ok[ok["candidate_kind"] == "scheme"]
     if ok.empty:
         raise NoWinners(
             f"space.best_of: experiment {', '.join(map(str, names))} has no ok scheme for {workload.name} on "
             f"this machine ({fingerprint}) in {where}: run it first, e.g. `harness run -m +sweeps={names[0]} "
             f"workload={workload.name} results_dir={where}`"
         )
-    best = ok.sort_values("median_ns").head(n)
+    # Searches of other days ran on another host's mood (the same scheme 2.4x slower from one day to the
+    # next): when every experiment pooled timed a baseline beside its schemes, a scheme is ranked by its
+    # time over the fastest baseline of its own experiment, not by its raw time.
+    own = libs.groupby("experiment")["median_ns"].min()
+    if len(names) > 1 and set(ok["experiment"]) <= set(own.index):
+        ok = ok.assign(rank=ok["median_ns"] / ok["experiment"].map(own))
+    else:
+        ok = ok.assign(rank=ok["median_ns"])
+    best = ok.sort_values("rank").head(n)
     return [
         Candidate("scheme", str(r.candidate_text), tuple(sorted(json.loads(r.candidate_options).items())))
         for r in best.itertuples()

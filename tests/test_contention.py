@@ -235,3 +235,24 @@ def test_versus_all_takes_every_baseline_of_the_rows(tmp_path: Path, capsys: pyt
     with pytest.raises(SystemExit) as exc:
         vs.main(["--results", str(tmp_path), "--experiment", "exp1", "--baselines", "blis"])
     assert exc.value.code == 2 and "(its baselines: mkl, onednn)" in capsys.readouterr().err
+
+
+def test_best_of_pooled_ranks_by_the_baseline_of_each_schemes_own_run(tmp_path: Path) -> None:
+    """Two searches of different days: the old one's scheme is faster in raw time, but its day was fast
+    (its oneDNN too); pooled, the scheme with the better ratio to its own run's baseline wins."""
+    rows = [
+        _unit("a", "scheme", "[OLD]", "mm64", [900.0] * 3, experiment="old"),
+        _unit("o", "baseline", "onednn", "mm64", [600.0] * 3, experiment="old"),  # a fast day
+        _unit("b", "scheme", "[NEW]", "mm64", [1000.0] * 3, experiment="new"),
+        _unit("o", "baseline", "onednn", "mm64", [1100.0] * 3, experiment="new"),
+    ]
+    for r in rows:
+        store.write_row(tmp_path, r)
+    w = Workload.make("mm64", "matmul", {"i": 64, "j": 64, "k": 64})
+    (one,) = best_of({"experiment": ["old", "new"]}, tmp_path, w, "fpA")
+    assert one.text == "[NEW]"  # 1000 / 1100 beats 900 / 600
+    (alone,) = best_of({"experiment": "old"}, tmp_path, w, "fpA")
+    assert alone.text == "[OLD]"
+    store.write_row(tmp_path, _unit("c", "scheme", "[BARE]", "mm64", [950.0] * 3, experiment="bare"))
+    (raw,) = best_of({"experiment": ["old", "new", "bare"]}, tmp_path, w, "fpA")
+    assert raw.text == "[OLD]"  # one run without a baseline: raw times, as before
