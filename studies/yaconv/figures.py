@@ -25,6 +25,7 @@ from harness.cachegrind import SOURCE
 from reports.figures import CLAIMS, FigureContext, PaperFigure, mean_ci, ok_rows, paper_figure
 
 YACONV, OURS, IM2COL = "yaconv (ukr=blis)", "yaconv (ukr=ours)", "im2col (gemm=blis)"
+YACONV_PREFIX, IM2COL_PREFIX = "yaconv (", "im2col ("  # every YaConv / im2col variant's label
 AUTO = "yaconv (shape=auto,ukr=ours)"  # our microkernel in the shape chosen per layer (choose_shape)
 # hot (the harness default), then the thesis's protocol (fresh: cold caches, buffers mapped per call)
 LAYER_EXPERIMENTS = ("yaconv_layers", "yaconv_layers_fresh", "yaconv_layers_cold", "yaconv_seed000")
@@ -71,9 +72,9 @@ def ratios(summary: pd.DataFrame, experiment: str) -> dict[str, pd.DataFrame]:
         if AUTO in wide:
             wide["ours auto / im2col"] = wide[AUTO] / wide[IM2COL]
         # each algorithm at its best on this machine: any microkernel for YaConv, any sgemm for im2col
-        algos = [c for c in wide.columns if isinstance(c, str) and c.startswith(("yaconv (", "im2col ("))]
-        yc = [c for c in algos if c.startswith("yaconv")]
-        ic = [c for c in algos if c.startswith("im2col")]
+        labels = [c for c in wide.columns if isinstance(c, str)]
+        yc = [c for c in labels if c.startswith(YACONV_PREFIX)]
+        ic = [c for c in labels if c.startswith(IM2COL_PREFIX)]
         if len(ic) > 1:  # with BLIS's im2col alone the "best" im2col may run narrower vectors than ours
             wide["best yaconv / best im2col"] = wide[yc].max(axis=1) / wide[ic].max(axis=1)
         wide["layer"] = wide["workload"].map(layer_label)

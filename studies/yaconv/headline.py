@@ -12,9 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from studies.yaconv.figures import geomean_ci, geometry, layer_label
-
-YACONV_PREFIX, IM2COL_PREFIX = "yaconv (", "im2col ("
+from studies.yaconv.figures import IM2COL_PREFIX, YACONV_PREFIX, geomean_ci, geometry, layer_label
 
 
 def output_rows(workload: str) -> tuple[int, int] | None:

@@ -335,8 +335,8 @@ static void yc_pack(float *imgbuf, const float *img, long y0, long npan, long H,
   for (long p = 0; p < npan; p++) {
     float *dst = imgbuf + p * YC_NR * WC;
     const long first = y0 + p * YC_NR;
-    const float *src = img + first * WC;
     if (first >= 0 && first + YC_NR <= H) {  /* a whole panel: NR rows read side by side, stores contiguous */
+      const float *src = img + first * WC;   /* formed only in range (first < 0 in a window's top rows) */
       for (long k = 0; k < WC; k++)
         for (long r = 0; r < YC_NR; r++) dst[k * YC_NR + r] = src[r * WC + k];
       continue;
