@@ -225,6 +225,44 @@ def test_model_is_low_et_al_for_the_baseline_and_clips_to_the_problem() -> None:
     assert (clipped.mc, clipped.nc, clipped.kc) == (102, 64, 64)  # 100 rows rounded up to whole mr
 
 
+@pytest.mark.parametrize("machine", sorted(CACHES))
+def test_exact_rule_solves_the_same_constraints_without_the_closed_forms_loss(machine: str) -> None:
+    """rule=exact keeps every level within W - 1 ways, never streams less than Low et al.'s closed form,
+    and is the largest stream that fits: one more step overflows W1 - 1 ways whatever the split."""
+    caches = CACHES[machine] or levels(detect())
+    l1 = caches[1]
+    for variant in VARIANTS:
+        for mr, nr in [(4, 16), (6, 16), (2, 40), (8, 8), (12, 32), (16, 16)]:
+            kr = 4
+            b = blocking(variant, caches, mr, nr, kr, rule="exact")
+            low = blocking(variant, caches, mr, nr, kr)
+            occ = occupancy(variant, caches, mr, nr, kr, b.mc, b.nc, b.kc)
+            assert occ["l1_ways"] <= l1.ways - 1 and occ["l2_ways"] <= caches[2].ways - 1, (variant, occ)
+            assert occ["l3_ways"] <= caches[3].ways - 1, (variant, occ)
+            r = ROLES[variant]
+            extent = {"C": (mr, nr, 1), "A": (mr, 1, kr), "B": (1, nr, kr)}[resident(variant)]
+            tile = dict(zip("mnk", extent, strict=True))
+            stream = {"m": b.mc, "n": b.nc, "k": b.kc}[r.stream]
+            assert stream >= {"m": low.mc, "n": low.nc, "k": low.kc}[r.stream], (variant, mr, nr)
+            more = stream + tile[r.stream]
+            assert l1.ways_for(more * tile[r.a] * 4) + l1.ways_for(more * tile[r.b] * 4) > l1.ways - 1
+
+
+def test_exact_rule_fills_the_ways_and_sizes_each_level_from_the_clipped_block() -> None:
+    """The 12 x 32 AVX-512 tile on a 32 KiB 8-way L1 and 1 MiB 8-way L2 (the Zen 4 of the issue): the
+    closed form gives Ar 1 way (kc 85, 4 of 7 ways used); 2 + 5 ways hold kc = 160. A k of 64 (ResNet-50
+    type 2) caps kc, and the L2 block is then sized for kc = 64: mc 3072, not the closed form's 2304."""
+    zen4 = {1: Level(8, 64, 64), 2: Level(8, 2048, 64), 3: Level(16, 32768, 64)}
+    low, exact = (blocking("B3A2C0", zen4, 12, 32, rule=r) for r in ("low", "exact"))
+    assert (low.kc, low.ways_l1_a, exact.kc, exact.ways_l1_a) == (85, 1, 160, 2)
+    t02 = {"m": 401408, "n": 64, "k": 64}
+    assert blocking("B3A2C0", zen4, 12, 32, sizes=t02).mc == 2304  # sized for kc 85, then k clips kc
+    exact = blocking("B3A2C0", zen4, 12, 32, sizes=t02, rule="exact")
+    assert exact.as_dict() == {"mc": 3072, "nc": 64, "kc": 64}
+    with pytest.raises(ValueError, match="unknown cache-model rule 'lowe'; known: low, exact"):
+        blocking("B3A2C0", zen4, 12, 32, rule="lowe")
+
+
 # Table 2 of the paper (Carmel, layer types 2 and 8): the model's ceiling for Br in L1 (Max%) and Br's
 # share of L1 (L1%) for every listed microkernel.
 TABLE2_MAX = {(mr, 4): 25.0 for mr in (4, 8, 12, 16, 20, 24, 28)}
@@ -417,6 +455,32 @@ def test_model_figure_measures_the_gap_to_the_best_blocks(tmp_path: Path) -> Non
     )
     assert fig.ours == pytest.approx(10.0) and fig.verdict == "partial"
     assert fig.table[0]["model (mc, nc, kc)"] == "48, 64, 32"
+    assert "solved exactly" not in fig.measured  # no exact-model rows: nothing said about it
+    # the exact rule's blocks beside it: its gap is reported, the paper's verdict stays on Low et al.'s
+    exact = scheme_label("B3A2C0", 6, 16, gemm_blocks="model", gemm_model="exact").replace("{32,k}", "{24,k}")
+    (fig,) = figures_of(
+        fig_rows(
+            "gemm_model_sweep",
+            [(wl, "scheme", model_label, 27.0), (wl, "scheme", other, 30.0), (wl, "scheme", exact, 29.4)],
+        ),  # fmt: skip
+        tmp_path,
+        "gemm_model",
+    )
+    assert fig.ours == pytest.approx(10.0) and fig.verdict == "partial"
+    assert fig.table[0]["exact model gap %"] == pytest.approx(2.0)
+    assert fig.table[0]["exact model (mc, nc, kc)"] == "48, 64, 24"
+    assert "solved exactly (beyond the paper" in fig.measured and "): 2.0%" in fig.measured
+
+
+def test_space_entry_takes_the_model_rule() -> None:
+    """``model: [low, exact]`` gives each rule's blocks; the exact one says so in its options (codegen
+    ignores it) and the default (low) adds no option, so the paper's candidates keep their keys."""
+    w = mm(1000, 1000, 1000)
+    rules = space_entry({"gemm_variant": "B3A2C0", "model": ["low", "exact"]}, w, "avx512")
+    assert [o.get("gemm_model") for _, o in rules] == [None, "exact"]
+    assert rules[0] == space_entry({"gemm_variant": "B3A2C0"}, w, "avx512")[0]
+    with pytest.raises(ValueError, match="model: 'closed' is not a cache-model rule; known: low, exact"):
+        space_entry({"gemm_variant": "B3A2C0", "model": "closed"}, w, "avx512")
 
 
 def test_headline_compares_squares_and_layers_with_the_libraries(tmp_path: Path) -> None:

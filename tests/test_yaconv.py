@@ -393,3 +393,23 @@ def test_window_rows_change_the_shape_estimate() -> None:
     assert shape_estimate(g, 11, 32) == pytest.approx(7 / 11)
     assert shape_estimate(g, 7, 32, window=True) == pytest.approx(1.0)
     assert shape_estimate(g, 12, 32, window=True) == pytest.approx(7 / 12)
+
+
+def test_fig5_3_draws_the_window_variant(tmp_path: Path, monkeypatch) -> None:
+    """rows=window (beyond the thesis) has its own ratio column and geomean in the figure, and it counts in
+    the best YaConv; the paper's statistic (BLIS's microkernel, all rows) is unchanged by it."""
+    from studies.yaconv import figures as fig_yaconv
+
+    monkeypatch.setenv("HARNESS_RESULTS", str(tmp_path / "none"))
+    rows = _summary_rows(0.9)
+    extra = [
+        rows[rows["label"] == "im2col (gemm=blis)"].assign(label="im2col (gemm=openblas)", gflops_median=8.0),
+        rows[rows["label"] == "yaconv (ukr=blis)"].assign(label=fig_yaconv.WINDOW, gflops_median=12.0),
+    ]
+    summary = pd.concat([rows, *extra], ignore_index=True)
+    wide = fig_yaconv.ratios(summary, "yaconv_layers")["fp0"]
+    assert wide["ours window / im2col"].tolist() == pytest.approx([1.2] * 6)
+    assert wide["best yaconv / best im2col"].tolist() == pytest.approx([1.2] * 6)
+    (fig,) = fig_yaconv.fig5_3(FigureContext(summary, tmp_path / "report" / "figures"))
+    assert fig.ours == pytest.approx(0.9) and fig.verdict == "differs"
+    assert "rows=window (beyond the thesis) / im2col: x1.20" in fig.measured

@@ -44,7 +44,7 @@ from typing import Any
 
 from harness.machine import detect, register_count, vector_lanes
 from kernels.candidate import Workload
-from studies.gemm_family.model import ROLES, Blocking, blocking, levels, register_tile
+from studies.gemm_family.model import ROLES, RULES, Blocking, blocking, levels, register_tile
 
 VARIANTS: tuple[str, ...] = ("B3A2C0", "A3B2C0", "B3C2A0", "A3C2B0", "C3A2B0", "C3B2A0")
 PACKINGS: tuple[str, ...] = ("both", "A", "B", "none")  # Fig 19 (resident C variants)
@@ -238,10 +238,12 @@ def microkernel_scheme(res: str, mr: int, nr: int, kr: int, stream: int, lanes: 
 
 
 def model_params(
-    variant: str, target: str, sizes: Mapping[str, int], mr: int, nr: int, kr: int
+    variant: str, target: str, sizes: Mapping[str, int], mr: int, nr: int, kr: int, rule: str = "low"
 ) -> tuple[Params, Blocking]:
-    """(mc, nc, kc) of the cache model for this machine's caches, clipped to the matmul ``sizes``."""
-    b = blocking(variant, levels(detect()), mr, nr, kr, {"m": sizes["i"], "n": sizes["j"], "k": sizes["k"]})
+    """(mc, nc, kc) of the cache model (``rule``: model.RULES) for this machine's caches, clipped to the
+    matmul ``sizes``."""
+    dims = {"m": sizes["i"], "n": sizes["j"], "k": sizes["k"]}
+    b = blocking(variant, levels(detect()), mr, nr, kr, dims, rule=rule)
     return Params(b.mc, b.nc, b.kc, mr, nr, kr), b
 
 
@@ -257,6 +259,9 @@ def space_entry(entry: Mapping[str, Any], workload: Workload, target: str) -> li
     - ``mr``, ``nr``, ``kr``: the register tile (default :func:`default_tile`); ``microkernels: all``
       (every (mr, nr) the registers hold) or a list of ``[mr, nr]`` pairs instead (Fig 16);
     - ``mc``, ``nc``, ``kc``: blocks (default: the cache model for this machine); a list sweeps them;
+    - ``model``: the cache model's rule, ``low`` (default: the paper's, Low et al.'s closed form) or
+      ``exact`` (the same constraints solved exactly; beyond the paper, candidates carry ``gemm_model``),
+      or a list of them;
       ``whole`` is the whole dimension (one block: kc = k reads and writes C once);
     - ``scale``: ``{mc: [0.5, 1, 2], ...}`` multiplies the model's blocks (the sweep around the model);
     - ``pack``: ``both`` (default), ``A``, ``B``, ``none`` or a list (Fig 19, resident C variants);
@@ -302,10 +307,14 @@ def space_entry(entry: Mapping[str, Any], workload: Workload, target: str) -> li
         stages = _as_list(entry.get("stage", "optimized"))
         layouts = _as_list(entry.get("layout", "panels")) if resident(variant) == "C" else ["panels"]
         prefetches = [str(x) for x in _as_list(entry.get("prefetch", "none"))]
-        for (mr, nr, kr), pack, stage, layout, prefetch in product(
-            tiles3, _as_list(entry.get("pack", "both")), stages, layouts, prefetches
+        rules = [str(x) for x in _as_list(entry.get("model", "low"))]
+        for rule in rules:
+            if rule not in RULES:
+                raise ValueError(f"model: {rule!r} is not a cache-model rule; known: {', '.join(RULES)}")
+        for (mr, nr, kr), pack, stage, layout, prefetch, rule in product(
+            tiles3, _as_list(entry.get("pack", "both")), stages, layouts, prefetches, rules
         ):
-            base, _ = model_params(variant, target, workload.size, int(mr), int(nr), int(kr))
+            base, _ = model_params(variant, target, workload.size, int(mr), int(nr), int(kr), rule)
             scale = entry.get("scale") or {}
             blocks = {}
             steps = register_tile(variant, int(mr), int(nr), int(kr))
@@ -332,6 +341,8 @@ def space_entry(entry: Mapping[str, Any], workload: Workload, target: str) -> li
                 else:
                     text = variant_scheme(variant, p, lanes, str(pack), str(stage), str(layout))
                 options = dict(OPTIONS) | ({"prefetch": prefetch} if prefetch != "none" else {})
+                if rule != "low":  # beyond the paper: which model the blocks come from (codegen ignores it)
+                    options["gemm_model"] = rule
                 if (
                     "scale" in entry
                 ):  # the model sweep: say in the label how far from the model (codegen ignores it)

@@ -12,6 +12,13 @@ W ways, N sets and C-byte lines (one "way" = N*C bytes), S bytes per element:
 - L3 keeps Bc (kc x nc) and one Ac: C_Bc = W3 - 1 - ceil(mc*kc*S / (N3*C3)), nc = C_Bc*N3*C3 / (kc*S);
 - each block is then clipped to the problem (kc <= k, mc <= m, nc <= n).
 
+Beyond the paper (issue 33), ``rule="exact"`` keeps the same constraints (each level's blocks in W - 1 ways)
+and solves them exactly instead of through the closed form: kc is the largest stream whose two L1 panels
+fit W1 - 1 ways together, over every integer split of the ways (the closed form gives Ar floor(...) ways and
+fills them, which on a 12 x 32 AVX-512 tile leaves three of seven ways empty: kc 85 where 160 fits), and
+each block is clipped to the problem *before* the next level is sized from it (a k of 64 below the model's
+kc leaves room for a taller Ac in L2).
+
 The paper gives no model for the other members of the family (future work, §9). [derived] The same three
 rules apply to every member once the roles are renamed: the L1 holds the micro-panels of the L2 and L3
 blocks that the register tile streams through along the *stream* dimension (k for resident C, n for
@@ -28,6 +35,7 @@ from dataclasses import dataclass
 from harness.machine import Machine
 
 S_FP32 = 4
+RULES = ("low", "exact")  # Low et al.'s closed form (the paper's model); the same constraints solved exactly
 
 
 @dataclass(frozen=True)
@@ -85,7 +93,8 @@ class Blocking:
     ways_l1_a: int  # C_Ar of Low et al.
     ways_l2: int  # C_Ac
     ways_l3: int  # C_Bc
-    unclipped: dict[str, int]  # the block sizes before clipping to the problem
+    unclipped: dict[str, int]  # the block sizes before the final clip to the problem (exact: each level
+    # is sized from the clipped block below, so only the last level can exceed the problem)
 
     def as_dict(self) -> dict[str, int]:
         return {"mc": self.mc, "nc": self.nc, "kc": self.kc}
@@ -134,29 +143,45 @@ def blocking(
     kr: int = 1,
     sizes: dict[str, int] | None = None,
     elem_bytes: int = S_FP32,
+    rule: str = "low",
 ) -> Blocking:
     """(mc, nc, kc) of ``variant`` for an (mr, nr, kr) register tile (Low et al. 2016, module docstring).
 
     ``sizes`` ({"m", "n", "k"}) clips the blocks to the problem, rounded up to the register tile (block
     sizes stay whole tiles, the scheme language's granularity rule; the microkernel masks the excess).
-    kr only matters for resident A/B.
+    kr only matters for resident A/B. ``rule``: ``low`` (the paper's closed form) or ``exact`` (the same
+    constraints solved exactly, each level sized from the clipped block below; module docstring).
     """
     if variant not in ROLES:
         raise ValueError(f"unknown GEMM variant {variant!r}; known: {', '.join(ROLES)}")
+    if rule not in RULES:
+        raise ValueError(f"unknown cache-model rule {rule!r}; known: {', '.join(RULES)}")
     r = ROLES[variant]
     tile = register_tile(variant, mr, nr, kr)
     s = elem_bytes
     l1, l2, l3 = caches[1], caches[2], caches[3]
     a, b = tile[r.a], tile[r.b]
-    # L1: the a-panel gets C_1 ways, the b-panel (b/a times larger) the rest but one (Low et al. §4.2)
-    c1 = max(1, (l1.ways - 1) * a // (a + b))  # floor((W-1) / (1 + b/a)) in integers
-    # When b/a is so large that the formula gives 0 ways (a 4-way L1 with a 4 x 16 tile), the a-panel
-    # keeps one way and the b-panel's ways (at least one) cap the stream instead: Table 2's Max% column.
-    cb = max(1, l1.ways - 1 - c1)
-    stream = _round_down(min(c1 * l1.way_bytes // (a * s), cb * l1.way_bytes // (b * s)), tile[r.stream])
+
+    def clip(d: str, v: int) -> int:  # the problem's extent, rounded up to the tile (exact rule only)
+        return min(v, _round_up(sizes[d], tile[d])) if sizes is not None and rule == "exact" else v
+
+    if rule == "low":
+        # L1: the a-panel gets C_1 ways, the b-panel (b/a times larger) the rest but one (Low et al. §4.2)
+        c1 = max(1, (l1.ways - 1) * a // (a + b))  # floor((W-1) / (1 + b/a)) in integers
+        # When b/a is so large that the formula gives 0 ways (a 4-way L1 with a 4 x 16 tile), the a-panel
+        # keeps one way and the b-panel's ways (at least one) cap the stream instead: Table 2's Max% column.
+        cb = max(1, l1.ways - 1 - c1)
+        stream = _round_down(min(c1 * l1.way_bytes // (a * s), cb * l1.way_bytes // (b * s)), tile[r.stream])
+    else:  # the largest stream whose two panels fit W1 - 1 ways, over every split (c1, W1 - 1 - c1)
+        splits = [(c, l1.ways - 1 - c) for c in range(1, l1.ways - 1)] or [(1, 1)]
+        c1, stream = max(
+            ((c, min(c * l1.way_bytes // (a * s), cb * l1.way_bytes // (b * s))) for c, cb in splits),
+            key=lambda cs: cs[1],
+        )
+        stream = clip(r.stream, _round_down(stream, tile[r.stream]))
     # L2: the L2 block (l2 x stream) beside one b-panel (stream x b)
     c2 = max(1, l2.ways - 1 - l2.ways_for(stream * b * s))
-    d2 = _round_down(c2 * l2.way_bytes // (stream * s), tile[r.l2])
+    d2 = clip(r.l2, _round_down(c2 * l2.way_bytes // (stream * s), tile[r.l2]))
     # L3: the L3 block (l3 x stream) beside one L2 block
     c3 = max(1, l3.ways - 1 - l3.ways_for(d2 * stream * s))
     d3 = _round_down(c3 * l3.way_bytes // (stream * s), tile[r.l3])
