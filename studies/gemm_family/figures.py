@@ -558,9 +558,14 @@ def _beyond(ctx: FigureContext, name: str) -> list[PaperFigure]:
     data = frame(summary, meta["experiment"])
 
     def one(fp: str, part: pd.DataFrame) -> PaperFigure | None:
+        # the paper's choice: B3A2C0, both operands packed, the paper's model's blocks (any of the space's
+        # tiles: the paper picks each layer's microkernel, Fig 16), no prefetch
         ours = part[part["kind"] == "scheme"].assign(
             paper=lambda d: (
-                (d["variant"] == "B3A2C0") & ~d["label"].str.contains("prefetch=") & (d["pack"] == "both")
+                (d["variant"] == "B3A2C0")
+                & ~d["label"].str.contains("prefetch=")
+                & (d["pack"] == "both")
+                & (d["model"] == "low")
             ),
         )
         if ours.empty:
