@@ -65,6 +65,8 @@ def frame(summary: pd.DataFrame, experiment: str) -> pd.DataFrame:
             "flops": float(r["flops"]),
             "pct": float(r["pct_peak_median"]),
             "library": label if r["candidate_kind"] == "baseline" else None,
+            # the library's name without its version ("blis 0.9.0" -> "blis"), for comparisons by name
+            "lib": label.split()[0] if r["candidate_kind"] == "baseline" else None,
             "rounds": r.get("round_medians_ns"),
         }
         if r["candidate_kind"] == "scheme":
@@ -163,7 +165,7 @@ def fig13(ctx: FigureContext) -> list[PaperFigure]:
         image, csv = ctx.save(fig, table, f"{name}-{wl}-{fp}")
         g = stages.set_index("stage")["gflops"]
         opt = float(g["optimized"])
-        blis = libs[libs["library"] == "blis"]
+        blis = libs[libs["lib"] == "blis"]
         ref = (
             float(blis["gflops"].iloc[0])
             if not blis.empty
@@ -224,7 +226,7 @@ def fig16(ctx: FigureContext) -> list[PaperFigure]:
         )
         table["ratio"] = table["gflops"] / table["library GFLOP/s"]
         table["blis GFLOP/s"] = table["workload"].map(
-            part[part["library"] == "blis"].set_index("workload")["gflops"]
+            part[part["lib"] == "blis"].set_index("workload")["gflops"]
         )
         table["flops"] = table["workload"].map(best.set_index("workload")["flops"])
         table = table.sort_values("layer_type")
