@@ -355,9 +355,12 @@ def test_space_configs_compose() -> None:
     packing = compose_candidates("space=gemm_packing", "workload=gemm_square_128")
     assert {identify(c.text, LANES)["pack"] for c in packing if c.kind == "scheme"} == set(PACKINGS)  # type: ignore[index]
     sweep = compose_candidates("space=gemm_model_sweep", "workload=gemm_square_512")
-    assert len(sweep) > 10 and len({c.text for c in sweep}) == len(sweep)
-    labels = [dict(c.options)["gemm_blocks"] for c in sweep]
-    assert labels.count("model") == 1 and len(set(labels)) == len(labels)
+    # each rule's blocks and the blocks around them, once each (the two rules may coincide on a CPU)
+    for rule in ("low", "exact"):
+        mine = [c for c in sweep if dict(c.options).get("gemm_model", "low") == rule]
+        assert len(mine) > 10 and len({c.text for c in mine}) == len(mine)
+        labels = [dict(c.options)["gemm_blocks"] for c in mine]
+        assert labels.count("model") == 1 and len(set(labels)) == len(labels)
     ablation = compose_candidates("space=gemm_ablation", "workload=gemm_square_128", "baselines=[]")
     assert {identify(c.text, LANES)["stage"] for c in ablation} == set(STAGES)  # type: ignore[index]
 
