@@ -153,6 +153,19 @@ def test_simulation_ranks_and_stores(tmp_path: Path) -> None:
     assert again.drop(columns="experiment").equals(df.drop(columns="experiment"))
 
 
+def test_simulation_progress_gives_an_eta_for_what_is_left(tmp_path: Path) -> None:
+    from harness import cachesim
+
+    cfg = cachesim.load_config("loki")
+    small = {"k": 4, "c": 4, "h": 4, "w": 4, "r": 1, "s": 1}
+    layers = {"a": small, "b": small, "c": small}
+    permstudy.run_simulations(tmp_path, "t", {"b": small}, [cfg], say=lambda _m: None)  # stored: not left
+    msgs: list[str] = []
+    permstudy.run_simulations(tmp_path, "t", layers, [cfg], say=msgs.append)
+    assert "ETA" in msgs[0] and "for 1 more" in msgs[0]  # c is left, b is stored
+    assert "skipped" in msgs[1] and "ETA" not in msgs[2]
+
+
 def test_command_bad_input_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     from studies.permutations.commands import permutations as cmd
 

@@ -134,6 +134,7 @@ def run_simulations(
     paths = []
     todo = [(n, s, c, t) for n, s in layers.items() for c in configs for t in threads]
     start = time.monotonic()
+    simulated = 0  # in this call: the ETA counts what is left to simulate at this call's pace
     for k, (name, sizes, cfg, t) in enumerate(todo, start=1):
         path = sim_file(results, experiment, name, cfg, t, partial_sums, layout, cap)
         paths.append(path)
@@ -147,10 +148,16 @@ def run_simulations(
             continue
         df = simulate_layer(name, sizes, cfg, t, cap, layout, partial_sums, jobs=jobs)
         _write_atomic(df, path)
+        simulated += 1
         elapsed = time.monotonic() - start
+        left = sum(
+            not sim_file(results, experiment, n, c, th, partial_sums, layout, cap).exists()
+            for n, _, c, th in todo[k:]
+        )
+        eta = f", ETA {elapsed / simulated * left / 60:.0f} min for {left} more" if left else ""
         say(
             f"[{experiment}] {k}/{len(todo)} {name} {cfg.name} t{t}: 720 orders simulated, cycles "
-            f"best/worst {df['cycles'].min():.3g}/{df['cycles'].max():.3g} (elapsed {elapsed:.0f}s)"
+            f"best/worst {df['cycles'].min():.3g}/{df['cycles'].max():.3g} (elapsed {elapsed:.0f}s{eta})"
         )
     return paths
 
