@@ -88,7 +88,8 @@ def libs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, ctypes.CDLL]:
 
 
 def call_yaconv(lib: ctypes.CDLL, img: np.ndarray, filt: np.ndarray, ph: int, pw: int, margins: bool,
-                blk: tuple[int, int, int] = (40, 20, 30), window: bool = False) -> np.ndarray:  # fmt: skip
+                blk: tuple[int, int, int] = (40, 20, 30), window: bool = False,
+                fpanel: bool = False) -> np.ndarray:  # fmt: skip
     H, W, C = img.shape
     FH, FW, _, M = filt.shape
     g = Geometry(H, W, C, FH, FW, M, ph, pw)
@@ -99,7 +100,7 @@ def call_yaconv(lib: ctypes.CDLL, img: np.ndarray, filt: np.ndarray, ph: int, pw
     ptr = lambda a: a.ctypes.data_as(f)  # noqa: E731
     rc = lib.yaconv_conv(ptr(out), ptr(img), ptr(filt), L(H), L(W), L(C), L(FH), L(FW), L(M), L(ph), L(pw),
                          L(blk[0]), L(blk[1]), L(blk[2]), ctypes.c_int(int(margins)),
-                         ctypes.c_int(int(window)), ptr(ws))  # fmt: skip
+                         ctypes.c_int(int(window)), ctypes.c_int(int(fpanel)), ptr(ws))  # fmt: skip
     assert rc == 0
     return out
 
@@ -109,12 +110,16 @@ SHAPES = [(7, 5, 3, 5, 3, 1, 1), (13, 9, 4, 17, 3, 1, 1), (5, 6, 2, 33, 5, 2, 2)
           (11, 7, 5, 20, 3, 0, 2), (4, 4, 1, 1, 2, 1, 0)]  # fmt: skip
 
 
-# spill rows (margins) or the edge tile; with rows=window (only the rows that give output, no spill rows)
-SPILLS = [("tile", False), ("margins", False), ("tile", True)]
+# spill rows (margins) or the edge tile; with rows=window (only the rows that give output, no spill rows);
+# the loops in the thesis's order (per column, every filter panel) or per filter panel, every column
+SPILLS = [("tile", False, False), ("margins", False, False), ("tile", True, False), ("tile", False, True),
+          ("margins", False, True), ("tile", True, True)]  # fmt: skip
 
 
 @pytest.mark.parametrize("ukr", UKRS)
-@pytest.mark.parametrize("spill", SPILLS, ids=lambda s: s[0] + ("-window" if s[1] else ""))
+@pytest.mark.parametrize(
+    "spill", SPILLS, ids=lambda s: s[0] + ("-window" if s[1] else "") + ("-filter" if s[2] else "")
+)
 @pytest.mark.parametrize("shape", SHAPES)
 def test_yaconv_equals_reference_with_padding(libs, ukr, spill, shape) -> None:
     if ukr not in libs:
@@ -123,7 +128,7 @@ def test_yaconv_equals_reference_with_padding(libs, ukr, spill, shape) -> None:
     rng = np.random.default_rng(hash(shape) % 1000)
     img = rng.integers(-4, 5, (H, W, C)).astype(np.float32)
     filt = rng.integers(-4, 5, (F, F, C, M)).astype(np.float32)
-    got = call_yaconv(libs[ukr], img, filt, ph, pw, spill[0] == "margins", window=spill[1])
+    got = call_yaconv(libs[ukr], img, filt, ph, pw, spill[0] == "margins", window=spill[1], fpanel=spill[2])
     np.testing.assert_array_equal(got, reference(img, filt, ph, pw))
 
 
@@ -149,6 +154,8 @@ def test_yaconv_detects_a_wrong_blocking(libs) -> None:
         algo("yaconv", ukr="blis", spill="margins"),
         algo("yaconv", ukr="ours", target="avx2", shape="auto", rows="window"),
         algo("yaconv", ukr="blis", rows="window"),
+        algo("yaconv", ukr="ours", target="avx2", shape="auto", rows="window", order="filter", kc=8),
+        algo("yaconv", ukr="blis", order="filter"),
         algo("im2col", gemm="blis"),
         algo("im2col", gemm="ours", target="avx2"),
         algo("direct", target="avx2"),
@@ -380,6 +387,8 @@ def test_rows_window_is_checked(libs) -> None:
         render_conv_algo(algo("yaconv", ukr="blis", rows="window", spill="margins"), w)
     with pytest.raises(ValueError, match="allowed: all, window"):
         render_conv_algo(algo("yaconv", ukr="blis", rows="some"), w)
+    with pytest.raises(ValueError, match="order='rows' is not allowed; allowed: column, filter"):
+        render_conv_algo(algo("yaconv", ukr="blis", order="rows"), w)
     lib = libs.get("blis") or next(iter(libs.values()))
     img, filt = np.ones((5, 5, 2), np.float32), np.ones((3, 3, 2, 4), np.float32)
     with pytest.raises(AssertionError):  # call_yaconv asserts rc == 0

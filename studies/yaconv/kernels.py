@@ -353,7 +353,7 @@ static void yc_pack(float *imgbuf, const float *img, long y0, long npan, long H,
    filter row, the rows that give output are packed (output row o reads image row o + fh - PH), so no
    GEMM row is wasted, for FH packings of the image instead of one (not with margins) */
 int yaconv_conv(float *out, const float *img, const float *filt, long H, long W, long C, long FH, long FW, long M,
-                long PH, long PW, long MCB, long KCB, long NCB, int margins, int window, float *ws) {
+                long PH, long PW, long MCB, long KCB, long NCB, int margins, int window, int fpanel, float *ws) {
   const long OH = H + 2 * PH - FH + 1, OW = W + 2 * PW - FW + 1, WC = W * C, FWC = FW * C;
   if (OH <= 0 || OW <= 0) return 0;
   if (window && margins) return 9;
@@ -402,15 +402,21 @@ int yaconv_conv(float *out, const float *img, const float *filt, long H, long W,
             const long r0 = window ? nc + p * YC_NR : nc + p * YC_NR - fh + PH;  /* output row of its first row */
             const int inside = r0 >= 0 && r0 + YC_NR <= OH;
             if (!margins && (r0 >= OH || r0 + YC_NR <= 0)) continue;  /* whole tile in the spill space */
-            for (long ow = 0; ow < OW; ow++) {
+            /* order=column (the thesis): per output column every filter panel, the image sub-panel reused
+               from L1; order=filter: per filter panel every output column, the panel reused from L1 (a
+               short NR reuses each streamed filter float 2 x NR times only) */
+            const long n1 = fpanel ? nq : OW, n2 = fpanel ? OW : nq;
+            for (long a1 = 0; a1 < n1; a1++)
+            for (long a2 = 0; a2 < n2; a2++) {
+              const long ow = fpanel ? a2 : a1, q = fpanel ? a1 : a2;
               long s = (ow - PW) * C + kc, e = s + kcb, aoff = 0;
               if (s < 0) { aoff = -s; s = 0; }          /* left padding: skip the filter's first k rows */
               if (e > WC) e = WC;                       /* right padding: a shorter K */
               const long K = e - s;
               if (K <= 0) continue;
               const float *B = imgbuf + p * YC_NR * WC + s * YC_NR;
-              float *Cp = obase + (r0 * OW + ow) * M + m0;
-              for (long q = 0; q < nq; q++, Cp += YC_MR) {
+              float *Cp = obase + (r0 * OW + ow) * M + m0 + q * YC_MR;
+              {
                 const float *A = filtbuf + q * YC_MR * KC + aoff * YC_MR;
                 const long w = mcb - q * YC_MR < YC_MR ? mcb - q * YC_MR : YC_MR;
                 if (w == YC_MR && (margins || inside)) { if (YC_UKR(K, B, A, Cp, ldc)) return 8; continue; }
@@ -440,6 +446,19 @@ def rows_window(candidate: Candidate) -> bool:
     if rows not in ("all", "window"):
         raise ValueError(f"conv_algo yaconv: rows={rows!r} is not allowed; allowed: all, window")
     return rows == "window"
+
+
+ORDERS = ("column", "filter")
+
+
+def filter_order(candidate: Candidate) -> bool:
+    """Option ``order``: ``column`` (the thesis's loops: per output column, every filter panel of the
+    block, each streamed from L2 for only 2 x NR flops per float) or ``filter`` (per filter panel, every
+    output column: the panel stays in L1 and the image sub-panels stream; beyond the thesis, issue 33)."""
+    order = str(candidate.option("order", "column"))
+    if order not in ORDERS:
+        raise ValueError(f"conv_algo yaconv: order={order!r} is not allowed; allowed: {', '.join(ORDERS)}")
+    return order == "filter"
 
 
 def _shape(candidate: Candidate, g: Geometry, target: str) -> tuple[int, int]:
@@ -509,6 +528,7 @@ def render_yaconv(candidate: Candidate, workload: Workload) -> KernelSource:
     if spill not in ("tile", "margins"):
         raise ValueError(f"conv_algo yaconv: spill={spill!r} is not allowed; allowed: tile, margins")
     window = rows_window(candidate)
+    fpanel = filter_order(candidate)
     if window and spill == "margins":
         raise ValueError("conv_algo yaconv: rows=window packs only the rows that give output, so it has no "
                          "spill rows: use it with spill=tile (the default)")  # fmt: skip
@@ -520,12 +540,12 @@ def render_yaconv(candidate: Candidate, workload: Workload) -> KernelSource:
     ready = "blis_ready()" if ukr == "blis" else "0"
     code = (
         f"/* YaConv (seed 001, §5.2): {g}, ukr={ukr} NR={blk.nr} MR={blk.mr} mc={blk.mc} kc={blk.kc} nc={blk.nc}, "
-        f"spill={spill}{' rows=window' if window else ''} */\n#include <stdint.h>\n#include <string.h>\n{pre}#define YC_NR {blk.nr}\n#define YC_MR {blk.mr}\n{_YACONV}\n"
+        f"spill={spill}{' rows=window' if window else ''}{' order=filter' if fpanel else ''} */\n#include <stdint.h>\n#include <string.h>\n{pre}#define YC_NR {blk.nr}\n#define YC_MR {blk.mr}\n{_YACONV}\n"
         f"int yaconv_init(void) {{ return {ready}; }}\n"
         "int kernel(float *const *tensors, void *workspace) {\n"
         f"{init}"
         f"  return yaconv_conv(tensors[0], tensors[1], tensors[2], {g.H}, {g.W}, {g.C}, {g.FH}, {g.FW}, {g.M}, 0, 0,\n"
-        f"                     {blk.mc}, {blk.kc}, {blk.nc}, {int(spill == 'margins')}, {int(window)},\n"
+        f"                     {blk.mc}, {blk.kc}, {blk.nc}, {int(spill == 'margins')}, {int(window)}, {int(fpanel)},\n"
         "                     (float *)workspace);\n}\n"
     )
     # one extra MR x NR tile of slack: the buffers are laid out with 1 KiB alignment each
