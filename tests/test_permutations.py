@@ -4,6 +4,7 @@ kernels on a tiny layer, the permutation option, and the study's analyses."""
 from __future__ import annotations
 
 import itertools
+import os
 from pathlib import Path
 
 import numpy as np
@@ -151,6 +152,26 @@ def test_simulation_ranks_and_stores(tmp_path: Path) -> None:
     assert "reused from t" in msgs[0]
     again = permstudy.load_sim(tmp_path, "t-O0")
     assert again.drop(columns="experiment").equals(df.drop(columns="experiment"))
+
+
+def test_simulation_workers_give_the_same_rows_and_a_dead_worker_raises(tmp_path: Path) -> None:
+    """Two workers (from a fork server, shared by every layer of the call) give the rows one process
+    gives; a worker that dies fails the call instead of hanging it."""
+    from concurrent.futures.process import BrokenProcessPool
+
+    from harness import cachesim
+
+    cfg = cachesim.load_config("loki")
+    small = {"k": 4, "c": 4, "h": 4, "w": 4, "r": 1, "s": 1}
+    one = permstudy.simulate_layer("a", small, cfg, 1)
+    permstudy.run_simulations(tmp_path, "t", {"a": small, "b": small}, [cfg], jobs=2, say=lambda _m: None)
+    two = permstudy.load_sim(tmp_path, "t")
+    cols = ["order", "cycles", "perm_index", "sjt_index"]
+    for name in ("a", "b"):
+        got = two[two["layer"] == name][cols].sort_values("order").reset_index(drop=True)
+        assert got.equals(one[cols].sort_values("order").reset_index(drop=True))
+    with permstudy.sim_pool(2) as pool, pytest.raises(BrokenProcessPool):
+        list(pool.map(os._exit, [1, 1]))
 
 
 def test_simulation_progress_gives_an_eta_for_what_is_left(tmp_path: Path) -> None:

@@ -18,9 +18,12 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import multiprocessing as mp
 import os
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +71,16 @@ def _sim_one(args: tuple[Any, ...]) -> dict[str, Any]:
     return res
 
 
+def sim_pool(jobs: int) -> ProcessPoolExecutor:
+    """Workers for the simulations, started from a fork server: a worker forked from this process
+    could inherit a lock held by one of its threads (pyarrow's, once a file is written) and wait on it
+    forever; one such worker hung a Table 4.2 run after 73 layers. A worker that dies raises
+    BrokenProcessPool in the caller instead of a silent hang."""
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload([__name__])  # each worker starts with this module (numpy, pycachesim) loaded
+    return ProcessPoolExecutor(jobs, mp_context=ctx)
+
+
 def simulate_layer(
     layer: str,
     sizes: Mapping[str, int],
@@ -80,19 +93,21 @@ def simulate_layer(
     seed: int = 0,
     jobs: int = 1,
     machine: Any = None,
+    pool: ProcessPoolExecutor | None = None,
 ) -> pd.DataFrame:
-    """One row per order: counts, cycles, the order's thesis index and SJT position, provenance."""
+    """One row per order: counts, cycles, the order's thesis index and SJT position, provenance.
+    ``pool``: the workers of :func:`sim_pool` to run the orders on (else ``jobs`` workers of its own)."""
     from harness import machine as machine_mod
     from harness.experiment import HARNESS_VERSION
 
     orders = list(orders or perm.sjt())
     sjt_pos = {o: k for k, o in enumerate(perm.sjt())}
     work = [(o, dict(sizes), cfg, threads, cap, layout, partial_sums, seed) for o in orders]
-    if jobs > 1:
-        import multiprocessing as mp
-
-        with mp.get_context("fork").Pool(jobs) as pool:
-            results = pool.map(_sim_one, work, chunksize=8)
+    if pool is not None:
+        results = list(pool.map(_sim_one, work, chunksize=8))
+    elif jobs > 1:
+        with sim_pool(jobs) as own:
+            results = list(own.map(_sim_one, work, chunksize=8))
     else:
         results = [_sim_one(w) for w in work]
     m = machine or machine_mod.detect()
@@ -135,30 +150,31 @@ def run_simulations(
     todo = [(n, s, c, t) for n, s in layers.items() for c in configs for t in threads]
     start = time.monotonic()
     simulated = 0  # in this call: the ETA counts what is left to simulate at this call's pace
-    for k, (name, sizes, cfg, t) in enumerate(todo, start=1):
-        path = sim_file(results, experiment, name, cfg, t, partial_sums, layout, cap)
-        paths.append(path)
-        if path.exists():
-            say(f"[{experiment}] {name} {cfg.name} t{t}: already simulated, skipped")
-            continue
-        other = sim_file(results, reuse_from, name, cfg, t, partial_sums, layout, cap) if reuse_from else None
-        if other is not None and other.exists():
-            _write_atomic(pd.read_parquet(other), path)
-            say(f"[{experiment}] {name} {cfg.name} t{t}: simulation reused from {reuse_from}")
-            continue
-        df = simulate_layer(name, sizes, cfg, t, cap, layout, partial_sums, jobs=jobs)
-        _write_atomic(df, path)
-        simulated += 1
-        elapsed = time.monotonic() - start
-        left = sum(
-            not sim_file(results, experiment, n, c, th, partial_sums, layout, cap).exists()
-            for n, _, c, th in todo[k:]
-        )
-        eta = f", ETA {elapsed / simulated * left / 60:.0f} min for {left} more" if left else ""
-        say(
-            f"[{experiment}] {k}/{len(todo)} {name} {cfg.name} t{t}: 720 orders simulated, cycles "
-            f"best/worst {df['cycles'].min():.3g}/{df['cycles'].max():.3g} (elapsed {elapsed:.0f}s{eta})"
-        )
+    with sim_pool(jobs) if jobs > 1 else nullcontext() as pool:  # one set of workers for every layer
+        for k, (name, sizes, cfg, t) in enumerate(todo, start=1):
+            path = sim_file(results, experiment, name, cfg, t, partial_sums, layout, cap)
+            paths.append(path)
+            if path.exists():
+                say(f"[{experiment}] {name} {cfg.name} t{t}: already simulated, skipped")
+                continue
+            other = reuse_from and sim_file(results, reuse_from, name, cfg, t, partial_sums, layout, cap)
+            if other and other.exists():
+                _write_atomic(pd.read_parquet(other), path)
+                say(f"[{experiment}] {name} {cfg.name} t{t}: simulation reused from {reuse_from}")
+                continue
+            df = simulate_layer(name, sizes, cfg, t, cap, layout, partial_sums, pool=pool)
+            _write_atomic(df, path)
+            simulated += 1
+            elapsed = time.monotonic() - start
+            left = sum(
+                not sim_file(results, experiment, n, c, th, partial_sums, layout, cap).exists()
+                for n, _, c, th in todo[k:]
+            )
+            eta = f", ETA {elapsed / simulated * left / 60:.0f} min for {left} more" if left else ""
+            say(
+                f"[{experiment}] {k}/{len(todo)} {name} {cfg.name} t{t}: 720 orders simulated, cycles "
+                f"best/worst {df['cycles'].min():.3g}/{df['cycles'].max():.3g} (elapsed {elapsed:.0f}s{eta})"
+            )
     return paths
 
 
