@@ -6,11 +6,12 @@ PIP := $(VENV)/bin/pip
 APT_PACKAGES := gcc clang libopenblas-dev libpapi-dev libblis-dev libxsmm-dev libdnnl-dev chromium poppler-utils valgrind
 JOBS ?= 2
 
-.PHONY: setup quick full test test-heavy lint clean-results restore-measured report-all torch slurm-up slurm-down slurm-test
+.PHONY: setup quick full test test-heavy lint clean-results restore-measured report-all torch tvm slurm-up slurm-down slurm-test
 
 # Idempotent: Debian packages when run as root, a virtual environment, the project (editable) with its
 # dev tools, today's baseline libraries from PyPI at pinned versions (oneDNN 3, OpenBLAS, MKL: extra
-# "baselines"), and Apache TVM for the optional TVM convolution baseline.
+# "baselines"). Apache TVM (the optional TVM convolution baseline, 300 MB, used only by the full profile
+# and its tests) is `make tvm`, as PyTorch is `make torch`: make quick does not wait for either.
 setup: $(VENV)/.setup-done
 
 $(VENV)/.setup-done: pyproject.toml
@@ -26,12 +27,15 @@ $(VENV)/.setup-done: pyproject.toml
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q -e '.[dev]'
 	$(PIP) install -q -e '.[baselines]' || echo "today's libraries (oneDNN 3, OpenBLAS, MKL) not installable here: reported as unavailable"
-	$(PIP) install -q -e '.[tvm]' || echo "TVM not installable here: the tvm baseline will be reported as unavailable"
 	touch $@
 
 # PyTorch as a further baseline (about 700 MB): `make torch`, then the spaces' torch baselines run
 torch: setup
 	$(PIP) install -q -e '.[torch]'
+
+# Apache TVM (the full profile's TVM bars and auto-tuner curve, tests/test_tvm.py): `make tvm`
+tvm: setup
+	$(PIP) install -q -e '.[tvm]' || echo "TVM not installable here: the tvm baseline will be reported as unavailable"
 
 # The quick reproduction: a handful of matmul and conv schemes plus library baselines, then the report.
 quick: setup
@@ -41,7 +45,7 @@ quick: setup
 	$(VENV)/bin/snakemake --profile profiles/quick quick
 	@echo "report: $$(pwd)/results/report/index.html"
 
-full: setup
+full: setup tvm
 	$(VENV)/bin/snakemake --profile profiles/full all
 
 test: setup

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from kernels.candidate import Workload
-from kernels.microkernels import lambda_covers, lambda_seq_text
+from kernels.microkernels import Cover, lambda_covers, lambda_seq_text
 from kernels.scheme import SchemeError, parse_scheme
 from kernels.targets import get_target
 
@@ -158,6 +158,9 @@ class ConvSpace:
     permutation: str = "searched"
     fixed_order: tuple[str, ...] = ("k", "h", "w", "c", "r", "s")
     lambda_dims: tuple[str, ...] = ("w", "h")
+    # λ_seq also pairs a microkernel with a smaller remainder tile of the same other unrolls that is not
+    # in the set (544 = 180x3 + 2x2 on w with k = 4 vectors): False is the thesis's §5.3 pairs
+    lambda_remainder: bool = False
     max_levels: int = 4
     reduction_inner: float = 0.0  # probability of the reductions-innermost prior (0: the thesis's sampler)
     pack_weights: float = 0.0  # probability of packing the weights in microkernel panels (0: the thesis's)
@@ -196,6 +199,8 @@ class ConvSpace:
             p = conf.get(knob, 0.0)
             if isinstance(p, bool) or not isinstance(p, int | float) or not 0 <= p <= 1:
                 raise ConvSpaceError(f"space.conv.{knob} is a probability in [0, 1], got {p!r}")
+        if not isinstance(rem := conf.get("lambda_remainder", False), bool):
+            raise ConvSpaceError(f"space.conv.lambda_remainder is true or false, got {rem!r}")
         if conf.get("microkernels") == "forced" and not conf.get("forced"):
             raise ConvSpaceError('space.conv.microkernels=forced needs space.conv.forced: ["U_{17,h}, V_k"]')
         return cls(**{k: v for k, v in conf.items() if v is not None})
@@ -231,7 +236,9 @@ def plans(
 ) -> list[Plan]:
     """Every microkernel plan of the space on these sizes: single microkernels that divide the sizes
     (or leave a partial remainder on h/w/k when ``partial`` allows), and λ_seq pairs of two microkernels
-    that differ only on one dimension of ``lambda_dims`` and cover it exactly (§5.3)."""
+    that differ only on one dimension of ``lambda_dims`` and cover it exactly (§5.3); with
+    ``lambda_remainder``, also each microkernel that does not divide that dimension paired with every
+    smaller remainder tile (see ``remainder_covers``)."""
 
     def fp(m: Mapping[str, int], d: str) -> int:
         return m.get(d, 1) * (lanes if d == "k" else 1)
@@ -255,9 +262,32 @@ def plans(
             for rest, us in sorted(groups.items()):
                 if any(sizes[e] % fp(dict(rest), e) for e in CONV_DIMS if e != d):
                     continue
-                for cov in lambda_covers(sizes[d], us):
+                covers = lambda_covers(sizes[d], us)
+                if space.lambda_remainder:
+                    covers += remainder_covers(sizes[d], us)
+                for cov in covers:
                     unroll = tuple(sorted({**dict(rest), d: cov.pairs[0][1]}.items()))
                     out.append(Plan(unroll, d, cov.pairs))
+    return out
+
+
+def remainder_covers(D: int, sizes: Iterable[int]) -> list[Cover]:
+    """For each size b of ``sizes`` that does not divide D, and each smaller size a not in ``sizes``,
+    the cover ``n_a*a + n_b*b = D`` with the fewest a (at least one, at least one b), smaller size first
+    as ``lambda_covers`` gives them: the register tile b on almost all of the dimension and a remainder
+    tile of the same other unrolls on the rest, for sizes where no pair of the set covers D (the AVX2
+    stem, w = 544 with only b = 3 at k = 4 vectors: 544 = 2x2 + 180x3 or 1x1 + 181x3)."""
+    us = set(sizes)
+    out = []
+    for b in sorted(us):
+        if D % b == 0 or b >= D:
+            continue
+        for a in range(1, b):
+            if a in us:
+                continue
+            n_a = next((n for n in range(1, b + 1) if (D - n * a) % b == 0 and D - n * a >= b), None)
+            if n_a is not None:
+                out.append(Cover(((n_a, a), ((D - n_a * a) // b, b))))
     return out
 
 
@@ -307,8 +337,6 @@ class Context:
         """Atoms that cover a whole dimension at once: λ_seq, or R over a partial microkernel."""
         out = {}
         if plan.lam_dim:
-            from kernels.microkernels import Cover
-
             out[plan.lam_dim] = lambda_seq_text(plan.lam_dim, Cover(plan.cover))
         for d in plan.partial_dims:
             out[d] = f"R_{d}"

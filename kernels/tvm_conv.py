@@ -52,7 +52,7 @@ def unavailable() -> str | None:
     """Why TVM cannot be used here, or None."""
     for mod in ("tvm", "tvm_ffi"):
         if importlib.util.find_spec(mod) is None:
-            return f"{mod} is not installed (pip install '.[tvm]' installs Apache TVM from PyPI)"
+            return f"{mod} is not installed (`make tvm`: pip install '.[tvm]', Apache TVM from PyPI)"
     return None
 
 

@@ -86,6 +86,20 @@ def test_lambda_one_dimension(tmp_path: Path, shared_cache: Path) -> None:
     assert_all_ok([scheme(t) for t in texts], w, tmp_path, shared_cache)
 
 
+def test_lambda_remainder_tile_on_conv(tmp_path: Path, shared_cache: Path) -> None:
+    """The remainder covers of space.conv.lambda_remainder: a 3 x 4-vector tile with a 1- or 2-wide
+    remainder on w (17 = 1x2 + 5x3 = 2x1 + 5x3), reductions innermost, weights in panels or not."""
+    w = conv(1, h=2, w=17, k=4 * L, c=3, r=3, s=3)
+    texts = [
+        "[R_h, λ_seq_w.[(1,2),(5,3)], R_c, R_r, R_s, Uλ_w, U_{4,k}, V_k]",
+        "[R_h, λ_seq_w.[(2,1),(5,3)], R_s, R_c, R_r, Uλ_w, U_{4,k}, V_k]",
+        "[PackT_K[k/32,r,s,c,k], R_h, λ_seq_w.[(1,2),(5,3)], R_c, R_r, R_s, Uλ_w, U_{4,k}, V_k]".replace(
+            "32", str(4 * L)
+        ),
+    ]
+    assert_all_ok([scheme(t) for t in texts], w, tmp_path, shared_cache)
+
+
 def test_lambda_fig_3_7(tmp_path: Path, shared_cache: Path) -> None:
     w = mm(128, 4 * L, 8)  # 128 = 12x6 + 8x7
     text = "[R_j, λ_seq_i.[(12,6),(8,7)], T_{8,k}, Uλ_i, U_{2,j}, V_j]"

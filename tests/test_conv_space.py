@@ -11,6 +11,7 @@ from scipy import stats
 
 from kernels import conv_space as cs
 from kernels.candidate import Workload
+from kernels.microkernels import Cover
 from kernels.scheme import parse_scheme
 
 CONF = Path(__file__).resolve().parent.parent / "conf" / "workload"
@@ -102,6 +103,7 @@ SPACES = {
     "fixed": cs.ConvSpace(permutation="fixed"),
     "packed": cs.ConvSpace(packing="any"),
     "parallel": cs.ConvSpace(parallel=2),
+    "remainder": cs.ConvSpace(lambda_remainder=True),
 }
 
 
@@ -128,6 +130,31 @@ def test_every_sample_is_legal(space: str, sampler: str) -> None:
                 assert sum(a.kind == "Tpar" for a in atoms) == 1
             else:
                 assert all(a.kind != "Tpar" for a in atoms)
+
+
+def test_remainder_covers_pair_a_tile_with_a_smaller_remainder() -> None:
+    # the AVX2 stem: w = 544 and, at k = 4 vectors, only the 3-wide tile, which does not divide 544
+    assert cs.remainder_covers(544, [3]) == [Cover(((1, 1), (181, 3))), Cover(((2, 2), (180, 3)))]
+    got = cs.remainder_covers(34, [3, 4])  # a = 3 is in the set: 34 = 2x3 + 7x4 is a §5.3 pair already
+    want = (((1, 1), (11, 3)), ((2, 2), (10, 3)), ((2, 1), (8, 4)), ((1, 2), (8, 4)))
+    assert got == [Cover(p) for p in want]
+    assert cs.remainder_covers(12, [3, 4, 6]) == []  # every size divides 12: nothing to add
+    for D in range(1, 60):
+        for cov in cs.remainder_covers(D, [3, 5, 6]):
+            (n_a, a), (n_b, b) = cov.pairs
+            assert cov.total == D and n_a >= 1 and n_b >= 1 and a < b and a not in (3, 5, 6) and D % b
+    # off (the thesis's §5.3): no plan of the 3 x 4-vector tile on 17; on: the tile with its remainders
+    y18s = SMALL[1]
+    mks = [{"w": 3, "k": 4}, {"w": 4, "k": 2}, {"w": 5, "k": 2}]
+    sizes = {**y18s.size, "k": 32}
+    off = cs.plans(cs.ConvSpace(), sizes, 8, mks)
+    on = cs.plans(cs.ConvSpace(lambda_remainder=True), sizes, 8, mks)
+    assert not any(p.size["k"] == 4 for p in off)
+    four = {p.cover for p in on if p.size["k"] == 4 and p.lam_dim == "w"}
+    assert four == {((2, 1), (5, 3)), ((1, 2), (5, 3))}  # 17 = 2x1 + 5x3 = 1x2 + 5x3
+    assert set(off) < set(on)
+    with pytest.raises(cs.ConvSpaceError, match="lambda_remainder"):
+        cs.ConvSpace.from_config({"lambda_remainder": "yes"})
 
 
 def test_forced_microkernel_and_bad_knobs() -> None:

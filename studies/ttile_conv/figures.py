@@ -14,6 +14,8 @@ Figures (one per machine fingerprint; claims in claims.yaml here):
 - ``ttile_conv_strategies``: model-based filtering and tree search (top 100) vs best of 100 random;
 - ``ttile_conv_refine``: 50 random draws then mutations of the best (search=refine) vs random draws of the
   same space and seed, at equal budget (issue 32, beyond the thesis);
+- ``ttile_conv_remainder``: the refined search with λ_seq remainder tiles (space.conv.lambda_remainder) vs
+  without, each layer's best over its own run's oneDNN 3.x, paired round by round (issue 32);
 - ``ttile_fig6_5``: the best parallel candidate vs the best sequential one and oneDNN on 1 and 2 threads.
 
 Performance is the median % of the calibrated peak of each candidate (harness.analysis.summarize); failed
@@ -936,6 +938,78 @@ def _refine_at_top(table: pd.DataFrame, n_cmp: int) -> str:
             f"x{float(gmean(at['refined / random'])):.3f})")  # fmt: skip
 
 
+# the refined search with and without the λ_seq remainder tiles (same sweep otherwise)
+REMAINDER = {"without": "ttile_conv_refine", "with remainder tiles": "ttile_conv_remainder"}
+
+
+def remainder(ctx: FigureContext) -> list[PaperFigure]:
+    """Issue 32: does the remainder-tile lever (space.conv.lambda_remainder) find faster code? The two
+    runs draw from different plan sets, so they share no draws: each layer's best is compared with its own
+    run's oneDNN 3.x, paired round by round (harness versus), which keeps the drift between runs hours
+    apart out of the comparison; then the two ratios are divided."""
+    from harness.commands.versus import DEFAULT_BASELINES, networks, versus
+
+    summary = ctx.summary
+    name = "ttile_conv_remainder"
+    ok = summary[summary["experiment"].isin(REMAINDER.values())]
+
+    def one(fp: str, part: pd.DataFrame) -> PaperFigure | None:
+        tables = {}
+        for series, exp in REMAINDER.items():
+            t = versus(part[part["experiment"] == exp], DEFAULT_BASELINES)
+            t = t[t["condition"] == "hot cache"] if len(t) else t  # alone, hot (no co-runner)
+            if t.empty:
+                return None
+            tables[series] = t.assign(series=series)
+        layers = sorted(set.intersection(*(set(t["workload"]) for t in tables.values())), key=_layer)
+        if not layers:
+            return None
+        both = pd.concat(tables.values(), ignore_index=True)
+        both = both[both["workload"].isin(layers)]
+        wide = both.pivot(index="workload", columns="series", values="round_ratio").reindex(layers)
+        without, with_ = REMAINDER
+        gain = wide[with_] / wide[without]
+        fig, ax = plt.subplots(figsize=(max(8, 0.45 * len(layers)), 4.2), layout="constrained")
+        x = np.arange(len(layers))
+        for i, series in enumerate(REMAINDER):
+            t = both[both["series"] == series].set_index("workload").reindex(layers)
+            mid = t["round_ratio"]
+            err = np.vstack([mid - t["round_ratio_low"], t["round_ratio_high"] - mid])
+            ax.bar(x + (i - 0.5) * 0.4, t["round_ratio"], 0.4, yerr=err, capsize=2, label=series)
+        ax.axhline(1.0, color="grey", lw=0.8)
+        ax.set_xticks(x, layers, rotation=90, fontsize=7)
+        ax.set(ylabel="best / its run's oneDNN 3.x (rounds: median, range)", ylim=(0.5, None))
+        ax.legend(fontsize=8)
+        table = wide.assign(gain=gain).reset_index()
+        image, csv = ctx.save(fig, table, f"{name}-{fp}")
+        geo = float(gmean(gain.dropna())) if gain.notna().any() else float("nan")
+        nets = {series: networks(t[t["workload"].isin(layers)]) for series, t in tables.items()}
+        weighted = "; ".join(
+            f"{series}: " + ", ".join(f"{n.network} x{n.weighted_ratio:.3f}" for n in net.itertuples())
+            for series, net in nets.items()
+        )
+        ahead = {series: int((t.set_index("workload").reindex(layers)["round_ratio"] > 1).sum())
+                 for series, t in tables.items()}  # fmt: skip
+        verdict = "reproduced" if geo >= 1.01 else "partial" if geo >= 0.99 else "differs"
+        measured = (
+            f"with remainder tiles / without, each over its own run's oneDNN: x{geo:.3f} (geometric mean "
+            f"over {len(layers)} layers; better on {int((gain > 1).sum())}); ahead of oneDNN (median of the "
+            f"round ratios) {ahead[with_]} with, {ahead[without]} without; flop-weighted % of peak over "
+            "oneDNN's, " + weighted
+        )
+        return paper_figure(
+            name, fp, part, verdict=verdict, measured=measured,
+            statistic="per layer, the best confirmed candidate's speed over the faster oneDNN 3.x layout of "
+            "its own run (median of the interleaved rounds' ratios), with remainder tiles divided by "
+            "without; reproduced if the geometric mean is >= 1.01, partial if >= 0.99",
+            image=image, csv=csv, table=table.round(3).to_dict("records"), ours=geo,
+            unit="x (with / without remainder tiles, each over its run's oneDNN)",
+            experiments=list(REMAINDER.values()),
+        )  # fmt: skip
+
+    return ctx.per_machine(ok, one)
+
+
 def _library_threads(row: pd.Series) -> int:
     """Threads a baseline row ran oneDNN with (option ``threads``; a plain baseline runs one)."""
     return int(json.loads(row.get("candidate_options") or "{}").get("threads", 1))
@@ -1006,4 +1080,4 @@ def parallel(ctx: FigureContext) -> list[PaperFigure]:
 
 
 FIGURES: list[Any] = [histograms, expect_curves, best_vs_onednn, convergence, single_vs_all, divisibility,
-                      fixed_permutation, strategies, refine, parallel]  # fmt: skip
+                      fixed_permutation, strategies, refine, remainder, parallel]  # fmt: skip
