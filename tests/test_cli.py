@@ -139,7 +139,11 @@ SNAKEMAKE = Path(sys.executable).parent / "snakemake"
 
 
 @pytest.mark.skipif(not SNAKEMAKE.exists(), reason="snakemake is not installed in this environment")
-@pytest.mark.parametrize("profile", ["quick", "full", "slurm"])
+# a Snakemake dry run of every target takes ~22 s per profile: the full and slurm ones run with -m heavy (CI)
+@pytest.mark.parametrize(
+    "profile",
+    ["quick", pytest.param("full", marks=pytest.mark.heavy), pytest.param("slurm", marks=pytest.mark.heavy)],
+)
 def test_snakemake_dry_run_lists_every_target(profile: str, tmp_path: Path) -> None:
     import yaml
 
