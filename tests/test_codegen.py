@@ -93,9 +93,7 @@ def test_lambda_remainder_tile_on_conv(tmp_path: Path, shared_cache: Path) -> No
     texts = [
         "[R_h, λ_seq_w.[(1,2),(5,3)], R_c, R_r, R_s, Uλ_w, U_{4,k}, V_k]",
         "[R_h, λ_seq_w.[(2,1),(5,3)], R_s, R_c, R_r, Uλ_w, U_{4,k}, V_k]",
-        "[PackT_K[k/32,r,s,c,k], R_h, λ_seq_w.[(1,2),(5,3)], R_c, R_r, R_s, Uλ_w, U_{4,k}, V_k]".replace(
-            "32", str(4 * L)
-        ),
+        f"[PackT_K[k/{4 * L},r,s,c,k], " + "R_h, λ_seq_w.[(1,2),(5,3)], R_c, R_r, R_s, Uλ_w, U_{4,k}, V_k]",
     ]
     assert_all_ok([scheme(t) for t in texts], w, tmp_path, shared_cache)
 
