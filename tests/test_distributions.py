@@ -473,18 +473,22 @@ def test_refine_figure_compares_what_each_run_gained_after_the_shared_draws(tmp_
     assert figure(66.0).verdict == "differs"  # no better than the random draws after the shared ones
 
 
-def test_remainder_figure_divides_each_runs_ratio_to_its_own_onednn(tmp_path) -> None:  # noqa: ANN001
-    """With remainder tiles the best reaches 1.10 of its run's oneDNN where the run without reached 1.00,
-    on a day the host ran everything at half speed: the figure compares the ratios (x1.10), not the days."""
+@pytest.mark.parametrize("name", ["ttile_conv_remainder", "ttile_conv_directed"])
+def test_lever_figure_divides_each_runs_ratio_to_its_own_onednn(name: str, tmp_path) -> None:  # noqa: ANN001
+    """With the lever the best reaches 1.10 of its run's oneDNN where the run without reached 1.00, on a
+    day the host ran everything at half speed: the figure compares the ratios (x1.10), not the days."""
     import pandas as pd
 
     from studies.ttile_conv import figures as fig
 
+    without, with_ = fig.LEVERS[name]
+    draw = {"ttile_conv_remainder": fig.remainder, "ttile_conv_directed": fig.directed}[name]
+
     def figure(with_ratio: float, slow: float = 0.5):  # noqa: ANN202
         parts = []
         for layer in ("yolo9000_00", "resnet18_02"):
-            for series, exp in fig.REMAINDER.items():
-                ratio, speed = (with_ratio, slow) if series != "without" else (1.0, 1.0)
+            for series, exp in fig.LEVERS[name].items():
+                ratio, speed = (with_ratio, slow) if series == with_ else (1.0, 1.0)
                 lib_ns = 1000.0 / speed
                 sides = (("scheme", lib_ns / ratio, "[T_{2,c}]"), ("baseline", lib_ns, "onednn"))
                 for kind, ns, text in sides:
@@ -493,13 +497,13 @@ def test_remainder_figure_divides_each_runs_ratio_to_its_own_onednn(tmp_path) ->
                     p["round_medians_ns"] = [[ns * f for f in (1.0, 1.02, 0.99)]]
                     p["round_times"] = None
                     parts.append(p)
-        (f,) = fig.remainder(FigureContext(pd.concat(parts, ignore_index=True), tmp_path))
+        (f,) = draw(FigureContext(pd.concat(parts, ignore_index=True), tmp_path))
         return f
 
     f = figure(1.10)
-    assert f.ours == pytest.approx(1.10, rel=1e-3) and f.verdict == "reproduced"
+    assert f.name == name and f.ours == pytest.approx(1.10, rel=1e-3) and f.verdict == "reproduced"
     assert "better on 2" in f.measured
-    assert "ahead of oneDNN (median of the round ratios) 2 with, 0 without" in f.measured
+    assert f"ahead of oneDNN (median of the round ratios) 2 {with_}, 0 {without}" in f.measured
     row = next(r for r in f.table if r["workload"] == "resnet18_02")
     assert row["gain"] == pytest.approx(1.10, rel=1e-3)
     assert figure(1.0).verdict == "partial" and figure(0.9).verdict == "differs"

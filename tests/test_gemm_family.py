@@ -154,6 +154,43 @@ def test_identify_inverts_variant_scheme() -> None:
     assert identify("[R_i, R_k, R_j, V_j]", LANES) is None
 
 
+def test_walk_orders_the_register_tile_loops_of_a_block() -> None:
+    """``walk``: the paper's jr, ir (B3A2C0) or ir outer, the A micro-panel reused across the j tiles."""
+    p = Params(mc=48, nc=4 * LANES, kc=32, mr=6, nr=2 * LANES)
+    paper = variant_scheme("B3A2C0", p, LANES, "B")
+    ir = variant_scheme("B3A2C0", p, LANES, "B", walk="ir")
+    assert paper.endswith(f"Tvar_{{{4 * LANES},j}}, Tvar_{{48,i}}, Tvar_{{32,k}}, U_{{6,i}}, U_{{2,j}}, V_j]")
+    assert ir.endswith(f"Tvar_{{48,i}}, Tvar_{{{4 * LANES},j}}, Tvar_{{32,k}}, U_{{6,i}}, U_{{2,j}}, V_j]")
+    assert variant_scheme("B3A2C0", p, LANES, "B", walk="jr") == paper
+    assert variant_scheme("A3B2C0", p, LANES, walk="jr") != variant_scheme("A3B2C0", p, LANES)
+    info = identify(ir, LANES)
+    assert info is not None and (info["variant"], info["pack"], info["walk"]) == ("B3A2C0", "B", "ir")
+    assert identify(paper, LANES)["walk"] == "paper"  # type: ignore[index]
+    with pytest.raises(ValueError, match="walk='diagonal'"):
+        variant_scheme("B3A2C0", p, LANES, walk="diagonal")
+    with pytest.raises(ValueError, match="resident-C"):
+        variant_scheme("A3C2B0", Params(64, 4 * LANES, 32, 1, 2 * LANES, 4), LANES, walk="ir")
+    entry = {"gemm_variant": "B3A2C0", "pack": "B", "mr": 6, "nr": 2 * LANES, "walk": ["paper", "ir"]}
+    texts = [t for t, _ in space_entry(entry, mm(100, 4 * LANES, 40), HOST_TARGET)]
+    assert len(texts) == 2 and len(set(texts)) == 2
+
+
+def test_walks_with_the_a_prefetch_compute_the_product(tmp_path: Path, shared_cache: Path) -> None:
+    """The tuned space's winner on the narrow types (B packed, kc whole, i walked outer, the next C tile
+    and the next A micro-panel prefetched) and A3B2C0 walked j outer, on a shape no block divides."""
+    w = mm(29, 3 * LANES + 5, 23)
+    entries = [
+        {"gemm_variant": "B3A2C0", "pack": "B", "mr": 3, "nr": 2 * LANES, "kc": "whole", "mc": 9,
+         "walk": "ir", "prefetch": ["none", "i,A:i"]},
+        {"gemm_variant": "A3B2C0", "pack": "none", "mr": 3, "nr": LANES, "kc": "whole", "mc": 12,
+         "walk": "jr", "prefetch": "i"},
+    ]  # fmt: skip
+    got = [x for e in entries for x in space_entry(e, w, HOST_TARGET)]
+    assert len(got) == 3
+    rows = run_candidates([scheme(t, **o) for t, o in got], w, tmp_path, shared_cache, FULL)
+    assert all(r["status"] == "ok" and r["check_passed"] for r in rows), [r["reason"][:200] for r in rows]
+
+
 # -- microkernels in isolation ---------------------------------------------------------------------------
 @pytest.mark.parametrize("res", ["C", "A", "B"])
 def test_resident_microkernels_agree_with_numpy(res: str, tmp_path: Path, shared_cache: Path) -> None:

@@ -386,7 +386,8 @@ TWO_PLANS = Workload.make("tiny12", "conv2d", {"h": 4, "w": 12, "k": 16, "c": 8,
 
 def test_refine_params_are_validated() -> None:
     bads = [({"bogus": 1}, "unknown"), ({"sampler": "tree"}, "sampler"), ({"explore": -1}, "explore"),
-            ({"top": 0}, "top"), ({"restart": 2}, "restart")]  # fmt: skip
+            ({"top": 0}, "top"), ({"restart": 2}, "restart"), ({"mutations": ["grow"]}, "mutations"),
+            ({"mutations": "tile"}, "mutations"), ({"mutations": []}, "mutations")]  # fmt: skip
     for params, match in bads:
         with pytest.raises(SearchError, match=match):
             make_strategy(problem(), SearchConfig("refine", 5, 0, params=params))
@@ -410,7 +411,7 @@ def test_every_mutation_keeps_the_scheme_legal_and_in_its_space(conv: dict) -> N
         text, plan = draw(ctx, "random", rng)
         nest = refine.Nest.of(text, plan)
         assert nest.text() == text  # the cut loses nothing
-        for name, op in refine.mutations(ctx).items():
+        for name, op in refine.mutations(ctx, list(refine.MUTATIONS)).items():
             child = op(ctx, nest, rng)
             if child is None or (child := refine.refixed(ctx, child)) is None:
                 continue
@@ -418,13 +419,55 @@ def test_every_mutation_keeps_the_scheme_legal_and_in_its_space(conv: dict) -> N
             assert ctx.legal(child.text()), (name, text, child.text())
             if ctx.space.permutation == "fixed":  # a fixed order stays the fixed order
                 assert refine.refixed(ctx, child) == child
-    allowed = set(refine.mutations(ctx))
+    allowed = set(refine.mutations(ctx, list(refine.MUTATIONS)))
     assert ("pack" in allowed) == bool(conv.get("pack_weights"))
+    assert set(refine.mutations(ctx)) == allowed - {"tile", "reduce"}  # the directed ones: when asked
     if conv.get("permutation") == "fixed":
-        assert not {"swap", "move", "split"} & allowed
-    kept = {"plan"} if conv.get("parallel") or conv.get("divisibility") else set()  # drawn plans kept there
+        assert not {"swap", "move", "split", "reduce"} & allowed
+    # drawn plans kept there
+    kept = {"plan", "tile"} if conv.get("parallel") or conv.get("divisibility") else set()
     never = allowed - applied - kept
     assert not never, never
+
+
+def test_tile_mutation_draws_register_tiles_uniformly_and_reduce_puts_c_r_s_innermost() -> None:
+    """On the AVX2 stem (λ_seq remainders on) the 3 x 4-vector tile is 2 of 98 plans: ``plan`` reaches it
+    about once in 50 mutations, ``tile`` about once in as many as there are tiles. ``reduce`` leaves the
+    innermost c, r and s loops right above the microkernel, the other loops in their order."""
+    import random
+    from collections import Counter
+
+    from harness.search import refine
+    from kernels import conv_space as cs
+
+    layer = next(x for x in cs.load_layers() if x.name == "yolo9000_00")
+    w = Workload.make(layer.name, "conv2d", layer.sizes)
+    space = cs.ConvSpace(microkernels="all", lambda_remainder=True, reduction_inner=0.5)
+    ctx = cs.context(space, w, "avx2", None)
+    tiles = {refine.tile_of(p) for p in ctx.plans}
+    four = [p for p in ctx.plans if p.size["k"] == 4]
+    assert len(ctx.plans) > 5 * len(tiles) and 0 < len(four) <= 2
+    rng = random.Random(3)
+    text, plan = cs.draw(ctx, "random", rng)
+    while plan.size["k"] == 4 or not plan.single:
+        text, plan = cs.draw(ctx, "random", rng)
+    nest = refine.Nest.of(text, plan)
+    hits: Counter[str] = Counter()
+    n = 600
+    for name in ("plan", "tile"):
+        for _ in range(n):
+            child = refine.MUTATIONS[name](ctx, nest, rng)
+            assert child is not None and ctx.legal(child.text())
+            hits[name] += child.plan.size["k"] == 4
+    assert hits["plan"] < 0.05 * n  # 2 of 97 other plans
+    k4 = {refine.tile_of(p) for p in four}  # (each 3 x 4 plan pairs it with another remainder: 2 tiles)
+    assert hits["tile"] > 0.5 * n * len(k4) / (len(tiles) - 1)
+    child = refine.MUTATIONS["reduce"](ctx, nest, rng)
+    assert child is not None and ctx.legal(child.text())
+    dims = [a.dim for a in child.outer if a.kind in refine.LOOPS]
+    assert set(dims[-3:]) == {"c", "r", "s"}
+    rest = [a for a in child.outer if a not in child.outer[-3:]]
+    assert rest == [a for a in nest.outer if a in rest]  # the others keep their order
 
 
 def test_refine_shares_the_random_draws_then_mutates_only_the_best(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -443,7 +486,9 @@ def test_refine_shares_the_random_draws_then_mutates_only_the_best(monkeypatch: 
         strat.tell(c, 90.0 if c is best else 10.0)
     parents: list[str] = []
     real = refine.mutate
-    monkeypatch.setattr(refine, "mutate", lambda ctx, text, *a: parents.append(text) or real(ctx, text, *a))
+    monkeypatch.setattr(
+        refine, "mutate", lambda ctx, text, *a, **k: parents.append(text) or real(ctx, text, *a, **k)
+    )
     ctx = conv_context(prob)
     seen = {c.key for c in first}
     for _ in range(3):

@@ -74,7 +74,19 @@ def frame(summary: pd.DataFrame, experiment: str) -> pd.DataFrame:
             d.update(
                 {
                     k: info.get(k)
-                    for k in ("variant", "mr", "nr", "kr", "mc", "nc", "kc", "pack", "stage", "layout")
+                    for k in (
+                        "variant",
+                        "mr",
+                        "nr",
+                        "kr",
+                        "mc",
+                        "nc",
+                        "kc",
+                        "pack",
+                        "stage",
+                        "layout",
+                        "walk",
+                    )
                 }
             )
             d["parallel"] = "Tpar_" in text
@@ -568,6 +580,7 @@ def _beyond(ctx: FigureContext, name: str) -> list[PaperFigure]:
                 & ~d["label"].str.contains("prefetch=")
                 & (d["pack"] == "both")
                 & (d["model"] == "low")
+                & (d["walk"] == "paper")
             ),
         )
         if ours.empty:

@@ -50,6 +50,13 @@ VARIANTS: tuple[str, ...] = ("B3A2C0", "A3B2C0", "B3C2A0", "A3C2B0", "C3A2B0", "
 PACKINGS: tuple[str, ...] = ("both", "A", "B", "none")  # Fig 19 (resident C variants)
 LAYOUTS: tuple[str, ...] = ("panels", "rows")  # packed buffers: micro-panels (Fig 4) or row-major blocks
 STAGES: tuple[str, ...] = ("basic", "blocked", "packed", "ukernel", "optimized")  # Fig 13
+# Order of the two register-tile loops inside a block (resident C; BLIS's loops 2 and 1, jr and ir):
+# "paper" is the variant's own (B3A2C0: jr outer, a micro-panel of B in L1 across the A block in L2;
+# A3B2C0: ir outer); "ir" walks the i tiles outer, so an mr x kc micro-panel of A stays in L1 across
+# every j tile while the whole B block sits in L2 (beyond the paper: when n is small, B is a few
+# micro-panels and the A block of the paper's order does not fit L1 beside them and the C block:
+# n = 64 types t01, t02, t05 on a Zen 2, issue 33); "jr" the other way round.
+WALKS: tuple[str, ...] = ("paper", "ir", "jr")
 # loop order of the three block loops (§2.2 of the notes, the paper's Figs 1-2, 11-12)
 OUTER_ORDER: dict[str, list[str]] = {
     "B3A2C0": ["j", "k", "i"],
@@ -112,7 +119,13 @@ def microkernels(variant: str, target: str, max_mr: int = 16, max_vectors: int =
 
 
 def variant_scheme(
-    variant: str, p: Params, lanes: int, pack: str = "both", stage: str = "optimized", layout: str = "panels"
+    variant: str,
+    p: Params,
+    lanes: int,
+    pack: str = "both",
+    stage: str = "optimized",
+    layout: str = "panels",
+    walk: str = "paper",
 ) -> str:
     """The scheme of ``variant`` with blocks (mc, nc, kc) and register tile (mr, nr, kr).
 
@@ -122,8 +135,13 @@ def variant_scheme(
     ``packed`` (+ packing), ``ukernel`` (+ the mr x nr micro-tile, unrolled but scalar) and ``optimized``
     (+ vectorization: the variant's scheme). TVM's "prefetch" (cache_read) has no counterpart here.
     ``layout`` (resident C): packed A and B as micro-panels of mr / nr ("panels") or row-major ("rows").
+    ``walk`` (resident C, optimized stage): the order of the register-tile loops in a block (:data:`WALKS`).
     """
     res = resident(variant)
+    if walk not in WALKS:
+        raise ValueError(f"walk={walk!r}; allowed: {', '.join(WALKS)}")
+    if walk != "paper" and (res != "C" or stage != "optimized"):
+        raise ValueError(f"walk={walk} applies to the optimized resident-C variants (B3A2C0, A3B2C0)")
     if layout not in LAYOUTS:
         raise ValueError(f"layout={layout!r}; allowed: {', '.join(LAYOUTS)}")
     if stage not in STAGES:
@@ -180,7 +198,9 @@ def variant_scheme(
                 atoms += packs.get(x, [])
                 placed.add(x)
     if res == "C":  # jr, ir (or ir, jr for A3B2C0), then pr = L6 inside the microkernel
-        micro_order = ["j", "i"] if variant == "B3A2C0" else ["i", "j"]
+        micro_order = {"ir": ["i", "j"], "jr": ["j", "i"]}.get(
+            walk, ["j", "i"] if variant == "B3A2C0" else ["i", "j"]
+        )
         atoms += [inner(d) for d in micro_order] + [inner("k")]
         atoms += [f"U_{{{p.mr},i}}", f"U_{{{p.nr // lanes},j}}", "V_j"]
     elif res == "B":  # pr, jr then L6 over i (A3C2B0: pr, jr; C3A2B0: jr, pr)
@@ -195,7 +215,14 @@ def variant_scheme(
 
 
 def parallel_scheme(
-    variant: str, p: Params, lanes: int, threads: int, size: int, pack: str = "both", layout: str = "panels"
+    variant: str,
+    p: Params,
+    lanes: int,
+    threads: int,
+    size: int,
+    pack: str = "both",
+    layout: str = "panels",
+    walk: str = "paper",
 ) -> str:
     """``variant`` with its outermost block loop split across ``threads`` OpenMP threads (``Tpar``; Fig 20).
 
@@ -218,7 +245,9 @@ def parallel_scheme(
     )
     if not q:
         raise ValueError(f"{variant}: no block of {chunk} // q <= {key}={getattr(p, key)} in whole tiles")
-    text = variant_scheme(variant, dataclasses.replace(p, **{key: chunk // q}), lanes, pack, layout=layout)
+    text = variant_scheme(
+        variant, dataclasses.replace(p, **{key: chunk // q}), lanes, pack, layout=layout, walk=walk
+    )
     head = f"Tpar_{{{threads},{d}}}" + (f", T_{{{q},{d}}}" if q > 1 else "")
     assert text.startswith(f"[R_{d}, ")
     return "[" + head + text[len(f"[R_{d}") :]
@@ -267,6 +296,8 @@ def space_entry(entry: Mapping[str, Any], workload: Workload, target: str) -> li
     - ``pack``: ``both`` (default), ``A``, ``B``, ``none`` or a list (Fig 19, resident C variants);
     - ``stage``: ``optimized`` (default) or a list of :data:`STAGES` (Fig 13's generator ladder);
     - ``layout``: ``panels`` (default) or ``rows`` or a list: the packed buffers' layout (resident C);
+    - ``walk``: ``paper`` (default), ``ir`` or ``jr`` or a list: the order of the register-tile loops in a
+      block (:data:`WALKS`; resident C, optimized stage);
     - ``threads``: > 1 splits the outermost block loop across that many threads (:func:`parallel_scheme`,
       Fig 20; resident-C variants; shapes that do not split into whole tiles per thread are skipped).
     - ``prefetch``: ``none`` (default), the code-generation option ``prefetch`` (``i``: the C tile of the
@@ -311,8 +342,9 @@ def space_entry(entry: Mapping[str, Any], workload: Workload, target: str) -> li
         for rule in rules:
             if rule not in RULES:
                 raise ValueError(f"model: {rule!r} is not a cache-model rule; known: {', '.join(RULES)}")
-        for (mr, nr, kr), pack, stage, layout, prefetch, rule in product(
-            tiles3, _as_list(entry.get("pack", "both")), stages, layouts, prefetches, rules
+        walks = [str(x) for x in _as_list(entry.get("walk", "paper"))]
+        for (mr, nr, kr), pack, stage, layout, prefetch, rule, walk in product(
+            tiles3, _as_list(entry.get("pack", "both")), stages, layouts, prefetches, rules, walks
         ):
             base, _ = model_params(variant, target, workload.size, int(mr), int(nr), int(kr), rule)
             scale = entry.get("scale") or {}
@@ -335,11 +367,11 @@ def space_entry(entry: Mapping[str, Any], workload: Workload, target: str) -> li
                 if threads > 1:  # Fig 20: the outermost block loop in parallel
                     size = workload.size["j" if variant == "B3A2C0" else "i"]
                     try:
-                        text = parallel_scheme(variant, p, lanes, threads, size, str(pack), str(layout))
+                        text = parallel_scheme(variant, p, lanes, threads, size, str(pack), str(layout), walk)
                     except ValueError:
                         continue  # this shape does not split into whole tiles per thread: not expressible
                 else:
-                    text = variant_scheme(variant, p, lanes, str(pack), str(stage), str(layout))
+                    text = variant_scheme(variant, p, lanes, str(pack), str(stage), str(layout), walk)
                 options = dict(OPTIONS) | ({"prefetch": prefetch} if prefetch != "none" else {})
                 if rule != "low":  # beyond the paper: which model the blocks come from (codegen ignores it)
                     options["gemm_model"] = rule
@@ -418,13 +450,14 @@ def identify(text: str, lanes: int) -> dict[str, Any] | None:
             continue  # the same text as with panels: report it once, as the default
         if stage == "blocked" and pack != "none":  # "blocked" packs nothing whatever pack says
             continue
-        for mr, nr, kr in guesses:
+        walks = WALKS if resident(variant) == "C" and stage == "optimized" else ("paper",)
+        for (mr, nr, kr), walk in product(guesses, walks):  # "paper" first: a walk equal to it is it
             p = Params(blocks["i"], blocks["j"], blocks["k"], max(mr, 1), max(nr, lanes), max(kr, 1))
             try:
-                candidate = variant_scheme(variant, p, lanes, pack, stage, layout)
+                candidate = variant_scheme(variant, p, lanes, pack, stage, layout, walk)
             except ValueError:
                 continue
             if canon(candidate) == target:
                 info = {"variant": variant, "pack": pack, "stage": stage, "layout": layout, "threads": 1}
-                return {**info, **vars(p)}
+                return {**info, "walk": walk, **vars(p)}
     return None

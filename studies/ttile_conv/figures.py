@@ -16,6 +16,8 @@ Figures (one per machine fingerprint; claims in claims.yaml here):
   same space and seed, at equal budget (issue 32, beyond the thesis);
 - ``ttile_conv_remainder``: the refined search with λ_seq remainder tiles (space.conv.lambda_remainder) vs
   without, each layer's best over its own run's oneDNN 3.x, paired round by round (issue 32);
+- ``ttile_conv_directed``: the same with the directed mutations (another register tile, c, r, s innermost)
+  against the remainder run's plain ones (issue 32);
 - ``ttile_fig6_5``: the best parallel candidate vs the best sequential one and oneDNN on 1 and 2 threads.
 
 Performance is the median % of the calibrated peak of each candidate (harness.analysis.summarize); failed
@@ -938,24 +940,44 @@ def _refine_at_top(table: pd.DataFrame, n_cmp: int) -> str:
             f"x{float(gmean(at['refined / random'])):.3f})")  # fmt: skip
 
 
-# the refined search with and without the λ_seq remainder tiles (same sweep otherwise)
-REMAINDER = {"without": "ttile_conv_refine", "with remainder tiles": "ttile_conv_remainder"}
+# Issue 32's levers, each a second run of the refined search that changes one thing: the two experiments
+# of each figure, the run without the lever first, and what the lever is called in the figure
+LEVERS: dict[str, dict[str, str]] = {
+    # λ_seq remainder tiles (space.conv.lambda_remainder), the rest of the sweep as ttile_conv_refine
+    "ttile_conv_remainder": {"without": "ttile_conv_refine", "with remainder tiles": "ttile_conv_remainder"},
+    # the directed mutations (search.params.mutations + tile, reduce) on the remainder run's space and seed
+    "ttile_conv_directed": {
+        "plain mutations": "ttile_conv_remainder",
+        "directed mutations": "ttile_conv_directed",
+    },
+}
+REMAINDER = LEVERS["ttile_conv_remainder"]
 
 
 def remainder(ctx: FigureContext) -> list[PaperFigure]:
-    """Issue 32: does the remainder-tile lever (space.conv.lambda_remainder) find faster code? The two
-    runs draw from different plan sets, so they share no draws: each layer's best is compared with its own
-    run's oneDNN 3.x, paired round by round (harness versus), which keeps the drift between runs hours
-    apart out of the comparison; then the two ratios are divided."""
+    """Issue 32: does the remainder-tile lever (space.conv.lambda_remainder) find faster code?"""
+    return _lever(ctx, "ttile_conv_remainder")
+
+
+def directed(ctx: FigureContext) -> list[PaperFigure]:
+    """Issue 32: do the directed mutations (another register tile; c, r, s innermost) find faster code?"""
+    return _lever(ctx, "ttile_conv_directed")
+
+
+def _lever(ctx: FigureContext, name: str) -> list[PaperFigure]:
+    """The lever's run against the run without it. Runs hours or days apart drift: each layer's best is
+    compared with its own run's oneDNN 3.x, paired round by round (harness versus), and the two ratios are
+    divided, which keeps the drift between the runs out of the comparison."""
     from harness.commands.versus import DEFAULT_BASELINES, networks, versus
 
     summary = ctx.summary
-    name = "ttile_conv_remainder"
-    ok = summary[summary["experiment"].isin(REMAINDER.values())]
+    pair = LEVERS[name]
+    without, with_ = pair
+    ok = summary[summary["experiment"].isin(pair.values())]
 
     def one(fp: str, part: pd.DataFrame) -> PaperFigure | None:
         tables = {}
-        for series, exp in REMAINDER.items():
+        for series, exp in pair.items():
             t = versus(part[part["experiment"] == exp], DEFAULT_BASELINES)
             t = t[t["condition"] == "hot cache"] if len(t) else t  # alone, hot (no co-runner)
             if t.empty:
@@ -967,11 +989,10 @@ def remainder(ctx: FigureContext) -> list[PaperFigure]:
         both = pd.concat(tables.values(), ignore_index=True)
         both = both[both["workload"].isin(layers)]
         wide = both.pivot(index="workload", columns="series", values="round_ratio").reindex(layers)
-        without, with_ = REMAINDER
         gain = wide[with_] / wide[without]
         fig, ax = plt.subplots(figsize=(max(8, 0.45 * len(layers)), 4.2), layout="constrained")
         x = np.arange(len(layers))
-        for i, series in enumerate(REMAINDER):
+        for i, series in enumerate(pair):
             t = both[both["series"] == series].set_index("workload").reindex(layers)
             mid = t["round_ratio"]
             err = np.vstack([mid - t["round_ratio_low"], t["round_ratio_high"] - mid])
@@ -991,19 +1012,19 @@ def remainder(ctx: FigureContext) -> list[PaperFigure]:
         ahead = {series: int(n) for series, n in (wide > 1).sum().items()}  # layers ahead of oneDNN
         verdict = "reproduced" if geo >= 1.01 else "partial" if geo >= 0.99 else "differs"
         measured = (
-            f"with remainder tiles / without, each over its own run's oneDNN: x{geo:.3f} (geometric mean "
-            f"over {len(layers)} layers; better on {int((gain > 1).sum())}); ahead of oneDNN (median of the "
-            f"round ratios) {ahead[with_]} with, {ahead[without]} without; flop-weighted % of peak over "
-            "oneDNN's, " + weighted
+            f"{with_} / {without}, each over its own run's oneDNN: x{geo:.3f} (geometric mean over "
+            f"{len(layers)} layers; better on {int((gain > 1).sum())}); ahead of oneDNN (median of the "
+            f"round ratios) {ahead[with_]} {with_}, {ahead[without]} {without}; flop-weighted % of peak "
+            "over oneDNN's, " + weighted
         )
         return paper_figure(
             name, fp, part, verdict=verdict, measured=measured,
             statistic="per layer, the best confirmed candidate's speed over the faster oneDNN 3.x layout of "
-            "its own run (median of the interleaved rounds' ratios), with remainder tiles divided by "
-            "without; reproduced if the geometric mean is >= 1.01, partial if >= 0.99",
+            f"its own run (median of the interleaved rounds' ratios), {with_} divided by {without}; "
+            "reproduced if the geometric mean is >= 1.01, partial if >= 0.99",
             image=image, csv=csv, table=table.round(3).to_dict("records"), ours=geo,
-            unit="x (with / without remainder tiles, each over its run's oneDNN)",
-            experiments=list(REMAINDER.values()),
+            unit=f"x ({with_} / {without}, each over its run's oneDNN)",
+            experiments=list(pair.values()),
         )  # fmt: skip
 
     return ctx.per_machine(ok, one)
@@ -1079,4 +1100,4 @@ def parallel(ctx: FigureContext) -> list[PaperFigure]:
 
 
 FIGURES: list[Any] = [histograms, expect_curves, best_vs_onednn, convergence, single_vs_all, divisibility,
-                      fixed_permutation, strategies, refine, remainder, parallel]  # fmt: skip
+                      fixed_permutation, strategies, refine, remainder, directed, parallel]  # fmt: skip
