@@ -36,7 +36,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from kernels.candidate import Workload
 from kernels.microkernels import Cover, lambda_covers, lambda_seq_text
@@ -44,6 +44,7 @@ from kernels.scheme import SchemeError, parse_scheme
 from kernels.targets import get_target
 
 ROOT = Path(__file__).resolve().parent.parent
+D, A = TypeVar("D"), TypeVar("A")  # a dimension and an atom (text or parsed) of reductions_inner
 LAYERS_CSV = ROOT / "conf" / "workload" / "ttile_layers.csv"
 CONV_DIMS = ("h", "w", "k", "r", "s", "c")
 MK_ORDER = ("s", "r", "c", "w", "h", "k")  # unroll order of the thesis microkernel (reductions outermost)
@@ -406,7 +407,7 @@ def _assemble(
     if ctx.space.permutation == "fixed":
         outer = level_order(outer, ctx.space.fixed_order)
     elif ctx.space.reduction_inner and rng.random() < ctx.space.reduction_inner:
-        outer = _reductions_inner(outer, rng)
+        outer = reductions_inner(outer, rng)
     head = [par] if par else []
     atoms = head + [a for _, a in outer]
     suffix = plan.suffix()
@@ -452,10 +453,11 @@ def panel_place(dims: Sequence[str | None]) -> int | None:
     return next((i for i, d in enumerate(dims) if d in ("h", "w")), None)
 
 
-def _reductions_inner(outer: list[tuple[str, str]], rng: random.Random) -> list[tuple[str, str]]:
+def reductions_inner(outer: Sequence[tuple[D, A]], rng: random.Random) -> list[tuple[D, A]]:
     """The innermost atom of each reduction dimension (c, r, s) moved right above the microkernel, in a
-    random order; the other atoms keep theirs."""
-    inner: list[tuple[str, str]] = []
+    random order; the other atoms keep theirs. ``outer`` is (dimension, atom) pairs, outermost first (a
+    dimension of None is never moved): the draws' prior and the refined search's ``reduce`` mutation."""
+    inner: list[tuple[D, A]] = []
     rest = list(outer)
     for d in REDUCTION_DIMS:
         at = [i for i, (e, _) in enumerate(rest) if e == d]

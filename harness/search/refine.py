@@ -47,6 +47,7 @@ from kernels.conv_space import (
     factorizations,
     level_order,
     panel_place,
+    reductions_inner,
     weights_panel,
 )
 from kernels.scheme import Atom, parse_scheme
@@ -192,17 +193,12 @@ def _tile(ctx: Context, nest: Nest, rng: random.Random) -> Nest | None:
 
 
 def _reduce(ctx: Context, nest: Nest, rng: random.Random) -> Nest | None:
-    """The innermost loop of each reduction dimension right above the microkernel, in a random order."""
-    o = list(nest.outer)
-    inner = []
-    for d in REDUCTION_DIMS:
-        at = [i for i, a in enumerate(o) if a.dim == d and a.kind in LOOPS]
-        if at:
-            inner.append(o.pop(at[-1]))
-    if not inner:
+    """The innermost loop of each reduction dimension right above the microkernel, in a random order (the
+    draws' prior, :func:`kernels.conv_space.reductions_inner`; only loops move, not free tiles or packs)."""
+    if not any(a.dim in REDUCTION_DIMS and a.kind in LOOPS for a in nest.outer):
         return None
-    rng.shuffle(inner)
-    return replace(nest, outer=(*o, *inner))
+    pairs = [(a.dim if a.kind in LOOPS else None, a) for a in nest.outer]
+    return replace(nest, outer=tuple(a for _, a in reductions_inner(pairs, rng)))
 
 
 def _replan(ctx: Context, nest: Nest, new: Plan, rng: random.Random) -> Nest | None:
