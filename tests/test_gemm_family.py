@@ -598,6 +598,24 @@ def test_tuned_figure_keeps_the_exact_model_out_of_the_papers_choice(tmp_path: P
     )
 
 
+def test_tuned_figure_times_the_network_against_blis(tmp_path: Path) -> None:
+    """Fig 16's network statistic for the tuned space: layers x time of their type, the best tuned against
+    BLIS (not the best library), over the types measured."""
+    rows = []
+    for wl, blis in (("gemm_rn50_t01", 32.0), ("gemm_rn50_t08", 64.0)):
+        rows += fig_rows("gemm_tuned", [
+            (wl, "scheme", scheme_label("B3A2C0", 6, 16), 64.0),
+            (wl, "baseline", "blis 0.9.0", blis),
+            (wl, "baseline", "onednn 3.2.0", 70.0),  # the best library: not the network's reference
+        ])  # fmt: skip
+    (fig,) = figures_of(rows, tmp_path, "gemm_tuned")
+    best = {r["workload"]: r for r in fig.table if r["who"] == "best tuned"}
+    n1, n8 = best["gemm_rn50_t01"]["layers"], best["gemm_rn50_t08"]["layers"]
+    assert n1 >= 1 and n8 >= 1
+    ratio = (n1 / 32 + n8 / 64) / (n1 / 64 + n8 / 64)  # same flops per call in these rows
+    assert "over 2 of the 20 types" in fig.measured and f"(x{ratio:.2f};" in fig.measured
+
+
 def test_fig13_ladder_and_fig19_packing_and_fig20_parallel(tmp_path: Path) -> None:
     from studies.gemm_family.kernels import parallel_scheme
 

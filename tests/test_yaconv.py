@@ -25,6 +25,7 @@ from studies.yaconv.kernels import (
     margin_rows,
     render_conv_algo,
     shape_estimate,
+    shape_score,
     ukr_shapes,
     yaconv_buffers,
 )
@@ -204,12 +205,28 @@ def test_microkernel_shapes_fit_the_register_file() -> None:
             assert mr % t.lanes == 0 and nr * v >= 8 and nr * v + v + 1 <= t.registers
 
 
-@pytest.mark.parametrize(("h", "nr"), [(7, 3), (14, 4), (13, 5), (28, 6)])
+@pytest.mark.parametrize(("h", "nr"), [(7, 5), (14, 4), (13, 5), (28, 6)])
 def test_shape_choice_avoids_zero_rows(h: int, nr: int) -> None:
-    """The padded image has H + 2 rows (3x3, P = 1): the choice makes them a multiple of NR when it can."""
+    """The padded image has H + 2 rows (3x3, P = 1): the choice makes them a multiple of NR when a tile with
+    10 accumulators and 4 rows or more does (16, 15, 30 rows), else wastes one row: 9 rows take 5 x 16 (10
+    rows, 9 useful), not 3 x 24 (9 accumulators, 3 rows per filter vector)."""
     g = geometry(conv(h, h, 64, 240, 3))
     got, _ = choose_shape(g, "avx2")
-    assert (g.H % got == 0) and got == nr
+    assert got == nr and -(-g.H // got) * got - g.H <= 1
+
+
+def test_shape_score_counts_accumulators_and_rows_per_filter_load() -> None:
+    """On AVX2 the window rows of a 7 x 7 output (7 rows) fit 4 x 16 and 4 x 24 equally; 4 x 16 has 8
+    accumulators (ran at 35% of peak on C = M = 512, Zen 2), 4 x 24 has 12 (56%). 2-row tiles feed 2 FMAs
+    per streamed filter vector (2 x 32 on 14 x 14 images ran behind 14 x 8 and 4 x 24)."""
+    g7 = geometry(conv(7, 7, 512, 512, 3))
+    assert shape_score(g7, (4, 16), "avx2", window=True) == pytest.approx(
+        0.8 * shape_score(g7, (4, 24), "avx2", window=True) * (528 / 512)
+    )
+    assert choose_shape(g7, "avx2", window=True) == (4, 24)
+    g14 = geometry(conv(14, 14, 128, 256, 3))
+    assert choose_shape(g14, "avx2", window=True)[0] >= 4
+    assert shape_score(g14, (2, 32), "avx2", window=True) == pytest.approx(0.5 * 0.8)
 
 
 def test_shape_choice_takes_the_exact_height_of_small_images_under_5x5_filters() -> None:

@@ -230,21 +230,44 @@ def shape_estimate(g: Geometry, nr: int, mr: int, window: bool = False) -> float
     return rows * chans
 
 
+# Two factors of the shape score that the useful fraction and the load/FMA balance leave out, both
+# measured on an AVX2 Zen 2 (experiment yaconv_shapes_avx2, studies/yaconv/README.md):
+# - accumulators in flight: two FMA pipes of latency 4-5 need 8-10 independent accumulators; below 10
+#   a tile waits on its own FMAs (7 x 7, C = M = 512: 4 x 16, 8 accumulators, ran at 35% of peak where
+#   4 x 24 with 12 ran at 56%);
+# - image rows per streamed filter vector: in the thesis's order each filter panel comes from the L2 once
+#   per output column and row panel, and feeds NR FMAs per vector loaded; below 4 rows the L2 stream, not
+#   the FMAs, sets the pace (2 x 32 and 2 x 40 chosen for 14 x 14 and 7 x 7 images ran 4-14% behind
+#   4 x 24 and 14 x 8).
+ACCUMULATORS_IN_FLIGHT = 10
+ROWS_PER_FILTER_LOAD = 4
+
+
+def shape_score(g: Geometry, shape: tuple[int, int], target: str, window: bool = False) -> float:
+    """``shape_estimate`` times what the tile's own throughput allows (1 = the FMA pipes' peak): the
+    load/FMA balance (one k step issues NR*V FMAs and NR + V loads, V = MR/lanes, two of each per cycle),
+    the accumulators in flight and the image rows per streamed filter vector (above)."""
+    nr, mr = shape
+    v = mr // get_target(target).lanes
+    return (
+        shape_estimate(g, nr, mr, window)
+        * min(1.0, nr * v / (nr + v))
+        * min(1.0, nr * v / ACCUMULATORS_IN_FLIGHT)
+        * min(1.0, nr / ROWS_PER_FILTER_LOAD)
+    )
+
+
 def choose_shape(g: Geometry, target: str, margin: float = 1.08, window: bool = False) -> tuple[int, int]:
-    """The shape of ``ukr_shapes`` with the best useful fraction times load/FMA balance (one k step issues
-    NR*V FMAs and NR + V loads, V = MR/lanes, two of each per cycle), kept only if it beats the default
-    shape by ``margin``: the estimate ignores that fewer image rows reuse each filter load less, and on
+    """The shape of ``ukr_shapes`` with the best :func:`shape_score`, kept only if it beats the default
+    shape by ``margin``: the score ignores that fewer image rows reuse each filter load less, and on
     the 73 layers small shapes chosen for a 3% gain lost more than that (H = 56: x1.16 -> x1.01). At 1.08
     the 7 x 7 layers with 5 x 5 filters (11 padded rows, estimate x1.09) take the 11 x 32 tile, which ran
     6-10% faster than the default 12 x 32 there (Emerald Rapids, 2 interleaved rounds); no other of the 73
     layers changes between 1.10 and 1.08."""
-    lanes = get_target(target).lanes
     default = OUR_UKR[target]
 
     def score(shape: tuple[int, int]) -> float:
-        nr, mr = shape
-        v = mr // lanes
-        return shape_estimate(g, nr, mr, window) * min(1.0, nr * v / (nr + v))
+        return shape_score(g, shape, target, window)
 
     best = max(ukr_shapes(target), key=lambda s: (round(score(s), 3), s[0] * s[1]))
     return best if score(best) >= margin * score(default) else default
