@@ -259,16 +259,13 @@ def shape_score(g: Geometry, shape: tuple[int, int], target: str, window: bool =
 
 def choose_shape(g: Geometry, target: str, margin: float = 1.08, window: bool = False) -> tuple[int, int]:
     """The shape of ``ukr_shapes`` with the best :func:`shape_score`, kept only if it beats the default
-    shape by ``margin``: the score ignores that fewer image rows reuse each filter load less, and on
-    the 73 layers small shapes chosen for a 3% gain lost more than that (H = 56: x1.16 -> x1.01). At 1.08
+    shape by ``margin``: on the 73 layers small shapes chosen for a 3% gain (before the score counted the
+    image rows per filter load) lost more than that (H = 56: x1.16 -> x1.01). At 1.08
     the 7 x 7 layers with 5 x 5 filters (11 padded rows, estimate x1.09) take the 11 x 32 tile, which ran
     6-10% faster than the default 12 x 32 there (Emerald Rapids, 2 interleaved rounds); no other of the 73
     layers changes between 1.10 and 1.08."""
     default = OUR_UKR[target]
-
-    def score(shape: tuple[int, int]) -> float:
-        return shape_score(g, shape, target, window)
-
+    score = functools.partial(shape_score, g, target=target, window=window)
     best = max(ukr_shapes(target), key=lambda s: (round(score(s), 3), s[0] * s[1]))
     return best if score(best) >= margin * score(default) else default
 
