@@ -100,6 +100,55 @@ def c_function(tr: Transpose) -> str:
     return "\n".join([head, *body, "}"])
 
 
+_ZERO = {"avx2": "_mm256_setzero_ps", "avx512": "_mm512_setzero_ps"}
+
+
+def panel_name(tr: Transpose, n: int) -> str:
+    return f"ttile_panel{tr.lanes}x{n}"
+
+
+def panel_function(tr: Transpose, n: int) -> str:
+    """``static inline void NAME(const float *s, long ss, float *d, long ds)``: d[c*ds + r] = s[r*ss + c]
+    for the n <= L rows r and the L columns c: n rows of a chunk of a micro-panel copy
+    (``PackT_X[d/p, ..., c, d]`` whose source is contiguous along c; ds = p). The n rows are loaded, the
+    rest are zeros, the square transpose's op list runs, and each column is stored whole at d + c*ds:
+    with n < L a store spills L - n floats past the column's n, which the caller overwrites afterwards
+    (the next column's first rows, the next chunk) or leaves room for."""
+    if not 1 <= n <= tr.lanes:
+        raise ValueError(f"a panel transpose takes 1 to {tr.lanes} rows, not {n}")
+    names = _INTRINSIC[tr.isa]
+    body = [f"  const {tr.vtype} r{r} = {tr.load}(s + {r} * ss);" for r in range(n)]
+    body += [f"  const {tr.vtype} r{r} = {_ZERO[tr.isa]}();" for r in range(n, tr.lanes)]
+    for dst, op, a, b, imm in tr.ops:
+        args = f"{a}, {b}" if op in ("unpacklo", "unpackhi") else f"{a}, {b}, 0x{imm:02X}"
+        body.append(f"  const {tr.vtype} {dst} = {names[op]}({args});")
+    body += [f"  {tr.store}(d + {c} * ds, {reg});" for c, reg in enumerate(tr.out)]
+    spill = f"writes {tr.lanes - n} floats past row {n} of each column" if n < tr.lanes else "no spill"
+    head = (
+        f"/* {n} rows x {tr.lanes} columns of a micro-panel chunk: d[c*ds + r] = s[r*ss + c]; {spill} */\n"
+        f"static inline void {panel_name(tr, n)}(const float *restrict s, long ss, float *d, long ds) {{"
+    )
+    return "\n".join([head, *body, "}"])
+
+
+def panel_groups(lanes: int, p: int) -> list[tuple[int, int]]:
+    """(first row, rows) of the calls that copy a chunk of a panel of p rows, in the order they must run:
+    the partial group (p mod L rows, whose stores spill into the next column's first rows) before the
+    whole groups of L rows, which overwrite those spills."""
+    whole = [(g, lanes) for g in range(0, p - p % lanes, lanes)]
+    return ([(p - p % lanes, p % lanes)] if p % lanes else []) + whole
+
+
+def simulate_panel(tr: Transpose, p: int, rows: np.ndarray, out: np.ndarray) -> None:
+    """Run the copy of one chunk of a panel of p rows (``rows``: (p, L)) into the flat buffer ``out`` (at
+    least L*p + L floats), the groups' stores in the C code's order, so the spills are modelled too."""
+    for g, n in panel_groups(tr.lanes, p):
+        block = np.zeros((tr.lanes, tr.lanes), rows.dtype)
+        block[:n] = rows[g : g + n]
+        for c, col in enumerate(simulate(tr, block)):
+            out[c * p + g : c * p + g + tr.lanes] = col
+
+
 # -- numpy model of the intrinsics (Intel Intrinsics Guide semantics), for the AVX-512 check -----------
 def _lanes128(v: np.ndarray) -> np.ndarray:
     return v.reshape(-1, 4)

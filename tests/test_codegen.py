@@ -20,6 +20,7 @@ from kernels.candidate import Candidate, Workload, render
 from kernels.codegen import analyze_for
 from kernels.scheme import SchemeError
 from kernels.targets import get_target
+from kernels.transpose import panel_groups
 from tests.conftest import HOST_TARGET, run_candidates, scheme
 
 L = get_target(HOST_TARGET).lanes
@@ -520,6 +521,32 @@ def test_panel_packs_equal_the_reference(tmp_path: Path, shared_cache: Path) -> 
     assert_all_ok([scheme(blocked, partial="masked")], w, tmp_path / "odd", shared_cache)
 
 
+def test_panels_of_a_row_major_source_go_through_the_panel_transpose(
+    tmp_path: Path, shared_cache: Path
+) -> None:
+    """A's micro-panels (p rows, k contiguous in A) are copied L values of k at a time through the
+    in-register transpose, at most L rows per call (the partial group first: its stores spill into rows
+    the whole groups write next), the scalar tail and a partial last panel by the general copy; every
+    output point equals the reference, on shapes no chunk divides, p from 2 to 2L + 3. (A convolution's
+    weights K[r][s][c][k] are contiguous along their panel's k: vector copies, no transpose.)"""
+    w = mm(4 * 7 + 1, L + 3, 5 * L + 5)
+    cands = []
+    for p in (2, 3, 4, 6, 7, L, L + 3, 2 * L + 3):
+        kc = 4 * L + 3
+        text = f"[R_k, Texct_{{{kc},k}}, PackT_A[i/{p},k,i], R_i, R_j, Tvar_{{{kc},k}}, U_{{{p},i}}, V_j]"
+        c = scheme(text, partial="masked")
+        code = render(c, w).code
+        calls = re.findall(r"ttile_panel(\d+)x(\d+)\(&", code)
+        assert [int(n) for _, n in calls] == [n for _, n in panel_groups(L, p)], (p, calls)
+        cands.append(c)
+    assert_all_ok(cands, w, tmp_path / "p", shared_cache)
+    # a k shorter than one chunk keeps the scalar copy; so does a source contiguous along the panel's d
+    short = scheme("[PackT_A[i/4,k,i], R_i, R_j, R_k, U_{4,i}, V_j]")
+    assert "ttile_panel" not in render(short, mm(8, L, L - 1)).code
+    along_j = scheme(f"[PackT_B[j/{L},k,j], R_i, R_j, R_k, V_j]")
+    assert "ttile_panel" not in render(along_j, mm(8, 4 * L, 2 * L)).code
+
+
 @pytest.mark.parametrize(
     ("text", "match"),
     [
@@ -638,7 +665,7 @@ def test_packt_transpose_op_lists_transpose_every_block() -> None:
     """The AVX-512 shuffle network is checked here on any host (numpy model of each intrinsic)."""
     import numpy as np
 
-    from kernels.transpose import TRANSPOSES, simulate
+    from kernels.transpose import TRANSPOSES, simulate, simulate_panel
 
     for tr in TRANSPOSES.values():
         block = np.arange(tr.lanes * tr.lanes).reshape(tr.lanes, tr.lanes)
@@ -649,6 +676,15 @@ def test_packt_transpose_op_lists_transpose_every_block() -> None:
                for d, o, x, y, i in tr.ops]  # fmt: skip
         broken = type(tr)(tr.isa, tr.lanes, tr.vtype, tr.load, tr.store, tuple(bad), tr.out)
         assert not (simulate(broken, block) == block.T).all()
+        # a panel chunk (p rows, at most L per call, zeros below): each column's p values land at c * p,
+        # every spill overwritten but the last column's (L - p mod L floats past the chunk, no more)
+        rows = np.arange(3 * tr.lanes * tr.lanes).reshape(3 * tr.lanes, tr.lanes)
+        for p in range(2, 2 * tr.lanes + 4):
+            out = np.full(tr.lanes * p + tr.lanes, -1)
+            simulate_panel(tr, p, rows[:p], out)
+            np.testing.assert_array_equal(out[: tr.lanes * p], rows[:p].T.reshape(-1))
+            spill, n = out[tr.lanes * p :], (tr.lanes - p % tr.lanes) % tr.lanes
+            assert (spill[:n] == 0).all() and (spill[n:] == -1).all(), p
 
 
 def test_packt_avx512_transpose_compiles_and_runs_where_supported(tmp_path: Path, shared_cache: Path) -> None:
@@ -659,10 +695,16 @@ def test_packt_avx512_transpose_compiles_and_runs_where_supported(tmp_path: Path
         assert "ttile_transpose16x16(" in src.code and "_mm512_shuffle_f32x4" in src.code
         res = compile_only(src.code, "avx512")
         assert res.ok, res.error
+    panel = "[PackT_A[i/12,k,i], R_i, R_j, R_k, U_{12,i}, V_j]"  # A's micro-panels of 12 x 16 chunks
+    src = render(scheme(panel, target="avx512", partial="masked"), w)
+    assert "ttile_panel16x12(&" in src.code and "_mm512_setzero_ps" in src.code
+    res = compile_only(src.code, "avx512")
+    assert res.ok, res.error
+    texts.append(panel)
     if "avx512" not in detect().isas:
         why = "cannot execute AVX-512; 16x16 transposes compiled only"
         pytest.skip(f"this CPU ({detect().model_name}) {why}")
-    assert_all_ok([scheme(t, target="avx512") for t in texts], w, tmp_path, shared_cache)
+    assert_all_ok([scheme(t, target="avx512", partial="masked") for t in texts], w, tmp_path, shared_cache)
 
 
 def test_pack_without_transposition_is_unchanged() -> None:

@@ -60,7 +60,7 @@ NEW_ON = {
     "lost_update_race": ("conv_s2_muladd", "matmul_lambda"),  # per block / across the hoisted loop
     "wrong_loop_step": ("matmul_texct",),
     "duplicate_update": ("matmul_lambda",),
-    "packt_wrong_shuffle": ("matmul_packt",),
+    "packt_wrong_shuffle": ("matmul_packt", "matmul_panels"),
     "panel_copy_short": ("matmul_panels",),
 }
 ALL_KERNELS = tuple(BY_LABEL)
@@ -79,7 +79,7 @@ APPLIES_TO = {
     "lost_update_race": ("conv_s2_muladd", "matmul_lambda"),  # an accumulator updated twice per block
     "wrong_loop_step": ALL_KERNELS,
     "duplicate_update": ALL_KERNELS,
-    "packt_wrong_shuffle": ("matmul_packt",),  # the in-register transpose of a PackT
+    "packt_wrong_shuffle": ("matmul_packt", "matmul_panels"),  # an in-register transpose (PackT, panels)
     "panel_copy_short": ("matmul_panels",),  # a PackT_X[d/p,...] copy
 }
 PAIRS = [(n, k) for n in ORIGINAL for k in ORIGINAL_KERNELS] + [

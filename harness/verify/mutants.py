@@ -588,15 +588,28 @@ _PANEL_COPY_WHOLE = re.compile(
 )
 
 
+# the panel transpose's load of its last row (kernels/transpose.py panel_function), e.g.
+#   const __m256 r5 = _mm256_loadu_ps(s + 5 * ss);   in   static inline void ttile_panel8x6(...)
+_PANEL_LAST_ROW = re.compile(
+    r"ttile_panel(?P<L>\d+)x(?P<p>\d+)\(const float[^{]*\{(?:\n[^\n]*)*?\n  const (?P<vt>__m\d+) "
+    r"r(?P<r>\d+) = (?P<load>_mm\d*_loadu_ps\(s \+ \d+ \* ss\));(?=\n  const __m\d+ r\d+ = _mm\d*_setzero)"
+)
+
+
 def panel_copy_short(code: str) -> str:
     """The copy into a panel buffer (``PackT_X[d/p,...,d]``) stops one row short of each panel: the
-    last of the p values of every panel, whole or partial, is never written, so the microkernel reads
-    what the workspace held before."""
+    last of the p values of every panel, whole or partial, is never written by the scalar copies (the
+    microkernel reads what the workspace held before), and the panel transpose that copies the whole
+    panels' chunks takes zeros for that row instead of loading it."""
     found = [*_PANEL_COPY.finditer(code), *_PANEL_COPY_WHOLE.finditer(code)]
-    if not found:
+    rows = list(_PANEL_LAST_ROW.finditer(code))
+    if not found and not rows:
         raise MutationError("no copy into a panel buffer (PackT_X[d/p,...]) in the source")
-    for m in sorted(found, key=lambda m: -m.start("p")):  # from the end, so offsets stay valid
-        code = _splice(code, m.start("p"), m.end("p"), str(int(m["p"]) - 1))
+    edits = [(m.start("p"), m.end("p"), str(int(m["p"]) - 1)) for m in found]
+    zero = [m["load"].split("_loadu_ps")[0] + "_setzero_ps()" for m in rows]
+    edits += [(m.start("load"), m.end("load"), z) for m, z in zip(rows, zero, strict=True)]
+    for start, end, text in sorted(edits, reverse=True):  # from the end, so offsets stay valid
+        code = _splice(code, start, end, text)
     return code
 
 
@@ -743,7 +756,8 @@ MUTANTS: dict[str, Mutant] = dict(
         ),
         _entry(
             "panel_copy_short", panel_copy_short,
-            "the copy into a panel buffer (PackT_X[d/p,...]) writes p - 1 of the p rows of every panel",
+            "the copy into a panel buffer (PackT_X[d/p,...]) writes p - 1 of the p rows of every panel (the "
+            "panel transpose takes zeros for the last row)",
             "incomplete pack into micro-panels: stale workspace values are read as operands",
         ),
     ]
