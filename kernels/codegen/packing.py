@@ -210,9 +210,9 @@ class Packing(Emitter):
         self.line(f"for (int {v_out} = 0; {v_out} * {p} < {ext_d}; {v_out}++)")
         self.depth += 1
         # A whole panel is written in the buffer's own order, d innermost with the constant bound p:
-        # contiguous stores the compiler vectorizes (B's panels), or chunks of the panel transpose
-        # above (A's panels, p < L; p short rows read side by side otherwise). On 1000^3 (B3A2C0,
-        # 12 x 2 vectors, AVX-512, Emerald Rapids) the
+        # contiguous stores the compiler vectorizes (B's panels), or chunks of the panel transpose above
+        # (A's panels; p short rows read side by side where k is below L). On 1000^3 (B3A2C0, 12 x 2
+        # vectors, AVX-512, Emerald Rapids) the
         # packs took about 10% of the call in the source order below; this order made the call 2.7%
         # faster (8 interleaved runs). A partial last panel keeps the general loops (source order:
         # contiguous reads, the bound from MIN).
