@@ -85,22 +85,28 @@ TRANSPOSES: dict[str, Transpose] = {
 }
 
 
-def c_function(tr: Transpose) -> str:
-    """``static inline void NAME(const float *s, long ss, float *d, long ds)``: d[c*ds + r] = s[r*ss + c]."""
+_ZERO = {"avx2": "_mm256_setzero_ps", "avx512": "_mm512_setzero_ps"}
+
+
+def _body(tr: Transpose, n: int) -> list[str]:
+    """The statements of d[c*ds + r] = s[r*ss + c]: rows r < n loaded (the rest zeros), the op list, every
+    column c < L stored whole."""
     names = _INTRINSIC[tr.isa]
-    body = [f"  const {tr.vtype} r{r} = {tr.load}(s + {r} * ss);" for r in range(tr.lanes)]
+    body = [f"  const {tr.vtype} r{r} = {tr.load}(s + {r} * ss);" for r in range(n)]
+    body += [f"  const {tr.vtype} r{r} = {_ZERO[tr.isa]}();" for r in range(n, tr.lanes)]
     for dst, op, a, b, imm in tr.ops:
         args = f"{a}, {b}" if op in ("unpacklo", "unpackhi") else f"{a}, {b}, 0x{imm:02X}"
         body.append(f"  const {tr.vtype} {dst} = {names[op]}({args});")
-    body += [f"  {tr.store}(d + {c} * ds, {reg});" for c, reg in enumerate(tr.out)]
+    return body + [f"  {tr.store}(d + {c} * ds, {reg});" for c, reg in enumerate(tr.out)]
+
+
+def c_function(tr: Transpose) -> str:
+    """``static inline void NAME(const float *s, long ss, float *d, long ds)``: d[c*ds + r] = s[r*ss + c]."""
     head = (
         f"/* {tr.lanes}x{tr.lanes} in-register transpose (PackT): d[c*ds + r] = s[r*ss + c] */\n"
         f"static inline void {tr.name}(const float *restrict s, long ss, float *restrict d, long ds) {{"
     )
-    return "\n".join([head, *body, "}"])
-
-
-_ZERO = {"avx2": "_mm256_setzero_ps", "avx512": "_mm512_setzero_ps"}
+    return "\n".join([head, *_body(tr, tr.lanes), "}"])
 
 
 def panel_name(tr: Transpose, n: int) -> str:
@@ -116,19 +122,12 @@ def panel_function(tr: Transpose, n: int) -> str:
     (the next column's first rows, the next chunk) or leaves room for."""
     if not 1 <= n <= tr.lanes:
         raise ValueError(f"a panel transpose takes 1 to {tr.lanes} rows, not {n}")
-    names = _INTRINSIC[tr.isa]
-    body = [f"  const {tr.vtype} r{r} = {tr.load}(s + {r} * ss);" for r in range(n)]
-    body += [f"  const {tr.vtype} r{r} = {_ZERO[tr.isa]}();" for r in range(n, tr.lanes)]
-    for dst, op, a, b, imm in tr.ops:
-        args = f"{a}, {b}" if op in ("unpacklo", "unpackhi") else f"{a}, {b}, 0x{imm:02X}"
-        body.append(f"  const {tr.vtype} {dst} = {names[op]}({args});")
-    body += [f"  {tr.store}(d + {c} * ds, {reg});" for c, reg in enumerate(tr.out)]
     spill = f"writes {tr.lanes - n} floats past row {n} of each column" if n < tr.lanes else "no spill"
     head = (
         f"/* {n} rows x {tr.lanes} columns of a micro-panel chunk: d[c*ds + r] = s[r*ss + c]; {spill} */\n"
         f"static inline void {panel_name(tr, n)}(const float *restrict s, long ss, float *d, long ds) {{"
     )
-    return "\n".join([head, *body, "}"])
+    return "\n".join([head, *_body(tr, n), "}"])
 
 
 def panel_groups(lanes: int, p: int) -> list[tuple[int, int]]:

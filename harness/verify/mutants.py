@@ -591,8 +591,8 @@ _PANEL_COPY_WHOLE = re.compile(
 # the panel transpose's load of its last row (kernels/transpose.py panel_function), e.g.
 #   const __m256 r5 = _mm256_loadu_ps(s + 5 * ss);   in   static inline void ttile_panel8x6(...)
 _PANEL_LAST_ROW = re.compile(
-    r"ttile_panel(?P<L>\d+)x(?P<p>\d+)\(const float[^{]*\{(?:\n[^\n]*)*?\n  const (?P<vt>__m\d+) "
-    r"r(?P<r>\d+) = (?P<load>_mm\d*_loadu_ps\(s \+ \d+ \* ss\));(?=\n  const __m\d+ r\d+ = _mm\d*_setzero)"
+    r"ttile_panel\d+x\d+\(const float[^{]*\{(?:\n[^\n]*)*?\n  const __m\d+ r\d+ = "
+    r"(?P<load>(?P<isa>_mm\d*)_loadu_ps\(s \+ \d+ \* ss\));(?=\n  const __m\d+ r\d+ = _mm\d*_setzero)"
 )
 
 
@@ -606,8 +606,7 @@ def panel_copy_short(code: str) -> str:
     if not found and not rows:
         raise MutationError("no copy into a panel buffer (PackT_X[d/p,...]) in the source")
     edits = [(m.start("p"), m.end("p"), str(int(m["p"]) - 1)) for m in found]
-    zero = [m["load"].split("_loadu_ps")[0] + "_setzero_ps()" for m in rows]
-    edits += [(m.start("load"), m.end("load"), z) for m, z in zip(rows, zero, strict=True)]
+    edits += [(m.start("load"), m.end("load"), f"{m['isa']}_setzero_ps()") for m in rows]
     for start, end, text in sorted(edits, reverse=True):  # from the end, so offsets stay valid
         code = _splice(code, start, end, text)
     return code
