@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -409,6 +410,18 @@ def test_a_listed_tile_that_would_spill_is_refused_unless_allowed() -> None:
         space_entry(entry, w, "avx2")
     assert len(space_entry({**entry, "allow_spill": True}, w, "avx2")) == 2
     assert len(space_entry({**entry, "microkernels": [[4, 16]]}, w, "avx2")) == 1
+
+
+def test_listed_blocks_are_rounded_down_to_whole_register_tiles() -> None:
+    """One block list serves tiles of every width: nc 512 with nr = 24 (an AVX2 4 x 24 tile) is 504, not a
+    candidate the legality check refuses; a block past the dimension is the dimension rounded up to the tile
+    and blocks that round alike run once."""
+    w = mm(1000, 1000, 1000)
+    entry = {"gemm_variant": "A3B2C0", "microkernels": [[4, 24]], "kc": [256], "nc": [384, 500, 512, 1024]}
+    texts = [t for t, _ in space_entry({**entry, "mc": "whole"}, w, "avx2")]
+    assert [re.search(r"Texct_\{(\d+),j\}", t).group(1) for t in texts] == ["384", "480", "504", "1008"]
+    texts = [t for t, _ in space_entry({**entry, "nc": [500, 504], "mc": [5, 9]}, w, "avx2")]
+    assert len(texts) == 4 and all("Texct_{4,i}" in t or "Texct_{8,i}" in t for t in texts)
 
 
 def test_space_entry_rejects_other_operators() -> None:

@@ -287,7 +287,9 @@ def space_entry(entry: Mapping[str, Any], workload: Workload, target: str) -> li
     - ``gemm_variant``: a variant, a list of them, or ``all``;
     - ``mr``, ``nr``, ``kr``: the register tile (default :func:`default_tile`); ``microkernels: all``
       (every (mr, nr) the registers hold) or a list of ``[mr, nr]`` pairs instead (Fig 16);
-    - ``mc``, ``nc``, ``kc``: blocks (default: the cache model for this machine); a list sweeps them;
+    - ``mc``, ``nc``, ``kc``: blocks (default: the cache model for this machine); a list sweeps them; a
+      listed block is rounded down to a whole number of register tiles (nc 512 with nr 24: 504), as BLIS
+      rounds its blocks, so one list serves tiles of every width (blocks that round alike run once);
     - ``model``: the cache model's rule, ``low`` (default: the paper's, Low et al.'s closed form) or
       ``exact`` (the same constraints solved exactly; beyond the paper, candidates carry ``gemm_model``),
       or a list of them;
@@ -353,8 +355,9 @@ def space_entry(entry: Mapping[str, Any], workload: Workload, target: str) -> li
             for key, d in (("mc", "i"), ("nc", "j"), ("kc", "k")):
                 step = steps[key[0]]
                 whole = -(-workload.size[d] // step) * step  # the dimension, rounded up to the tile
-                if key in entry:
-                    blocks[key] = [whole if v == "whole" else int(v) for v in _as_list(entry[key])]
+                if key in entry:  # listed blocks: rounded down to whole tiles (BLIS's rule for nc and mc)
+                    listed = [whole if v == "whole" else int(v) for v in _as_list(entry[key])]
+                    blocks[key] = sorted({min(whole, max(step, v // step * step)) for v in listed})
                     continue
                 # a scaled block stays a whole number of register tiles and within the problem
                 factors = _as_list(scale.get(key, 1))
