@@ -9,6 +9,9 @@ their permutation). Every sampler returns scheme texts that are legal by constru
 Space knobs (``conf/space/conv_*.yaml``, section ``conv``), the options of issue 5 item 2:
 - ``microkernels``: ``selected`` (stored by ``harness microkernels`` on this machine, else ``fallback``),
   ``all`` (the fallback list plus the selection) or ``forced`` (``forced: ["U_{17,h}, V_k"]``);
+- ``added``: microkernels added to that set, in the ``forced`` syntax (issue 32: register tiles across h
+  and w, ``"U_{3,w}, U_{2,h}, U_{2,k}, V_k"``, which no w x k selection holds; with ``partial: masked``
+  a tile that divides neither 7 nor 17 covers them with partial tiles);
 - ``combination``: ``single`` | ``lambda`` | ``both`` (single microkernels, λ_seq combinations, or both);
 - ``divisibility``: ``divisors`` (perfect nests above the microkernel) | ``free`` (Texct/Tvar tiles);
 - ``partial``: ``none`` | ``masked`` | ``padded`` (a microkernel that does not divide h/w/k covers the
@@ -152,6 +155,7 @@ class Plan:
 class ConvSpace:
     microkernels: str = "selected"
     forced: tuple[str, ...] = ()
+    added: tuple[str, ...] = ()  # microkernels added to the selected / all / forced set
     combination: str = "both"
     divisibility: str = "divisors"
     partial: str = "none"
@@ -188,7 +192,7 @@ class ConvSpace:
         known = {f for f in cls.__dataclass_fields__ if f != "extra"}
         if unknown := set(conf) - known:
             raise ConvSpaceError(f"space.conv: unknown key(s) {sorted(unknown)}; known: {sorted(known)}")
-        for key in ("forced", "fixed_order", "lambda_dims"):
+        for key in ("forced", "added", "fixed_order", "lambda_dims"):
             if key in conf and conf[key] is not None:
                 conf[key] = tuple(conf[key])
         par = conf.get("parallel", 0)
@@ -204,18 +208,23 @@ class ConvSpace:
             raise ConvSpaceError(f"space.conv.lambda_remainder is true or false, got {rem!r}")
         if conf.get("microkernels") == "forced" and not conf.get("forced"):
             raise ConvSpaceError('space.conv.microkernels=forced needs space.conv.forced: ["U_{17,h}, V_k"]')
+        for text in conf.get("added") or ():
+            parse_microkernel(text, "space.conv.added")
         return cls(**{k: v for k, v in conf.items() if v is not None})
 
 
-def parse_microkernel(text: str) -> dict[str, int]:
-    """``U_{17,h}, V_k`` -> {h: 17, k: 1} (k counts vectors)."""
-    atoms = parse_scheme(text if text.strip().startswith("[") else f"[{text}]")
+def parse_microkernel(text: str, key: str = "forced") -> dict[str, int]:
+    """``U_{17,h}, V_k`` -> {h: 17, k: 1} (k counts vectors); errors name the config ``key``."""
+    try:
+        atoms = parse_scheme(text if text.strip().startswith("[") else f"[{text}]")
+    except SchemeError as e:
+        raise ConvSpaceError(f"{key} microkernel {text!r}: {e}") from e
     if not atoms or atoms[-1].kind != "V" or atoms[-1].dim != "k":
-        raise ConvSpaceError(f"forced microkernel {text!r} must end with V_k")
+        raise ConvSpaceError(f"{key} microkernel {text!r} must end with V_k")
     out: dict[str, int] = {"k": 1}
     for a in atoms[:-1]:
         if a.kind != "U" or a.dim not in CONV_DIMS:
-            raise ConvSpaceError(f"forced microkernel {text!r}: only U atoms on {CONV_DIMS} then V_k")
+            raise ConvSpaceError(f"{key} microkernel {text!r}: only U atoms on {CONV_DIMS} then V_k")
         out[a.dim] = int(a.size or 1)
     return out
 
@@ -223,13 +232,19 @@ def parse_microkernel(text: str) -> dict[str, int]:
 def microkernel_set(
     space: ConvSpace, isa: str, selected: Sequence[Mapping[str, int]] | None
 ) -> list[dict[str, int]]:
-    """The unroll factors of the space's microkernels (k in vectors)."""
+    """The unroll factors of the space's microkernels (k in vectors), then the ``added`` ones."""
     if space.microkernels == "forced":
-        return [parse_microkernel(t) for t in space.forced]
-    base = [dict(m) for m in selected] if selected else [dict(m) for m in FALLBACK[isa]]
-    if space.microkernels == "all":
-        base += [dict(m) for m in FALLBACK[isa] if dict(m) not in base]
-    return [{d: n for d, n in m.items() if n > 1 or d in ("w", "k")} for m in base]
+        base = [parse_microkernel(t) for t in space.forced]
+    else:
+        base = [dict(m) for m in selected] if selected else [dict(m) for m in FALLBACK[isa]]
+        if space.microkernels == "all":
+            base += [dict(m) for m in FALLBACK[isa] if dict(m) not in base]
+    out: list[dict[str, int]] = []
+    for m in [*base, *(parse_microkernel(t, "space.conv.added") for t in space.added)]:
+        m = {d: n for d, n in m.items() if n > 1 or d in ("w", "k")}
+        if m not in out:
+            out.append(m)
+    return out
 
 
 def plans(

@@ -177,6 +177,29 @@ def test_forced_microkernel_and_bad_knobs() -> None:
         cs.context(cs.ConvSpace(), odd_k, "avx2", None)  # k = 12 is no multiple of the 8 lanes
 
 
+def test_added_microkernels_join_the_set_and_cover_7_with_partial_tiles() -> None:
+    """Issue 32: a register tile across h and w (2 x 3 pixels x 2 vectors) added to the fallback set; on a
+    7 x 7 layer it divides neither dimension, so with partial=masked its plan has partial h and w (R
+    loops) and every draw that uses it ends with the 2-D tile; a bad text names the key."""
+    layer = Workload.make("l7", "conv2d", {"h": 7, "w": 7, "k": 64, "c": 16, "r": 3, "s": 3})
+    tile = "U_{3,w}, U_{2,h}, U_{2,k}, V_k"
+    space = cs.ConvSpace.from_config({"added": [tile, tile], "partial": "masked"})
+    mks = cs.microkernel_set(space, "avx2", None)
+    assert mks[: len(cs.FALLBACK["avx2"])] == [dict(m) for m in cs.FALLBACK["avx2"]]
+    assert mks[len(cs.FALLBACK["avx2"]) :] == [{"w": 3, "h": 2, "k": 2}]  # once
+    ctx = cs.context(space, layer, "avx2", None)
+    two_d = [p for p in ctx.plans if p.size.get("h", 1) == 2]
+    assert [p.partial_dims for p in two_d] == [("h", "w")]
+    texts = [cs.draw(ctx, "random", random.Random(seed))[0] for seed in range(40)]
+    assert any(t.endswith("U_{3,w}, U_{2,h}, U_{2,k}, V_k]") and "R_h" in t for t in texts)
+    without = cs.context(cs.ConvSpace(partial="masked"), layer, "avx2", None)
+    assert not any(p.size.get("h", 1) > 1 for p in without.plans)
+    with pytest.raises(cs.ConvSpaceError, match=r"added microkernel 'U_\{3,w\}' must end with V_k"):
+        cs.ConvSpace.from_config({"added": ["U_{3,w}"]})
+    with pytest.raises(cs.ConvSpaceError, match="space.conv.added microkernel 'U_{3,w, V_k'"):
+        cs.ConvSpace.from_config({"added": ["U_{3,w, V_k"]})
+
+
 def _toy(c: int, k_vectors: int, space: cs.ConvSpace | None = None) -> cs.Context:
     """h = w = r = s = 1: only c and k are tiled above a 1 x 1-vector microkernel."""
     w = Workload.make("toy", "conv2d", {"h": 1, "w": 1, "k": 8 * k_vectors, "c": c, "r": 1, "s": 1})
