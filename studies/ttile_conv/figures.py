@@ -18,6 +18,8 @@ Figures (one per machine fingerprint; claims in claims.yaml here):
   without, each layer's best over its own run's oneDNN 3.x, paired round by round (issue 32);
 - ``ttile_conv_directed``: the same with the directed mutations (another register tile, c, r, s innermost)
   against the remainder run's plain ones (issue 32);
+- ``ttile_conv_masked``: the remainder run's space with partial register tiles masked against the
+  remainder run (issue 32);
 - ``ttile_fig6_5``: the best parallel candidate vs the best sequential one and oneDNN on 1 and 2 threads.
 
 Performance is the median % of the calibrated peak of each candidate (harness.analysis.summarize); failed
@@ -950,6 +952,11 @@ LEVERS: dict[str, dict[str, str]] = {
         "plain mutations": "ttile_conv_remainder",
         "directed mutations": "ttile_conv_directed",
     },
+    # partial register tiles masked (space.conv.partial=masked) on the remainder run's space and seed
+    "ttile_conv_masked": {
+        "λ_seq covers only": "ttile_conv_remainder",
+        "with masked tails": "ttile_conv_masked",
+    },
 }
 REMAINDER = LEVERS["ttile_conv_remainder"]
 
@@ -962,6 +969,11 @@ def remainder(ctx: FigureContext) -> list[PaperFigure]:
 def directed(ctx: FigureContext) -> list[PaperFigure]:
     """Issue 32: do the directed mutations (another register tile; c, r, s innermost) find faster code?"""
     return _lever(ctx, "ttile_conv_directed")
+
+
+def masked(ctx: FigureContext) -> list[PaperFigure]:
+    """Issue 32: do masked partial tiles (oneDNN's 3 x 4-vector tile with a 1-wide tail on w = 7) help?"""
+    return _lever(ctx, "ttile_conv_masked")
 
 
 def _lever(ctx: FigureContext, name: str) -> list[PaperFigure]:
@@ -1100,4 +1112,5 @@ def parallel(ctx: FigureContext) -> list[PaperFigure]:
 
 
 FIGURES: list[Any] = [histograms, expect_curves, best_vs_onednn, convergence, single_vs_all, divisibility,
-                      fixed_permutation, strategies, refine, remainder, directed, parallel]  # fmt: skip
+                      fixed_permutation, strategies, refine, remainder, directed, masked,
+                      parallel]  # fmt: skip
