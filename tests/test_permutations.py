@@ -324,3 +324,36 @@ def CLAIMS_GOOD() -> float:  # noqa: N802
     from reports.figures import CLAIMS
 
     return float(CLAIMS["permutations_fig5_4"]["paper_numbers"]["good"])
+
+
+def test_fig4_3_is_a_heatmap_beyond_a_dozen_layers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Table 4.2's 216 layers as one panel each made a figure 500 inches tall (68 s of the report of every
+    archive): past MAX_PANELS the layers are the rows of one heatmap of cycles / the layer's best, every
+    order of every layer still in the CSV, the verdict's statistic unchanged."""
+    from harness import cachesim
+    from studies.permutations import figures as fp_mod
+
+    layers = {
+        "a": {"k": 4, "c": 4, "h": 4, "w": 4, "r": 3, "s": 3},
+        "b": {"k": 8, "c": 2, "h": 5, "w": 3, "r": 1, "s": 1},
+    }
+    permstudy.run_simulations(
+        tmp_path, "permutations", layers, [cachesim.load_config("loki")], say=lambda _m: None
+    )
+    out = tmp_path / "report" / "figures"
+    out.mkdir(parents=True)
+    ctx = FigureContext(pd.DataFrame(), out, results_dir=tmp_path)
+    (panels,) = fp_mod.signatures(ctx)
+    monkeypatch.setattr(fp_mod, "MAX_PANELS", 1)
+    (heat,) = fp_mod.signatures(ctx)
+    assert heat.measured == panels.measured and heat.ours == pytest.approx(panels.ours)
+    table = pd.read_csv(out / Path(heat.csv).name)
+    assert len(table) == 2 * 720 and set(table["layer"]) == {"a", "b"}
+    curves = [
+        (la, g["sjt_index"].to_numpy(), g["cycles_norm"].to_numpy(), [])
+        for la, g in table.sort_values("sjt_index").groupby("layer")
+    ]
+    fig = fp_mod._signature_heatmap(curves, "loki")
+    grid = fig.axes[0].images[0].get_array()
+    assert grid.shape == (2, 720)
+    assert np.allclose(grid[1], curves[1][2]) and np.nanmin(grid) == pytest.approx(1.0)

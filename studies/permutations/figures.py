@@ -104,30 +104,19 @@ def signatures(ctx: FigureContext) -> list[PaperFigure]:
         t_here = (
             t_here[(t_here["machine_fingerprint"] == fp) & t_here["partial_sums"]] if len(t_here) else t_here
         )
-        fig, axes = plt.subplots(
-            len(layers), 1, figsize=(10, 2.4 * len(layers)), squeeze=False, constrained_layout=True
-        )
-        ratios, rows = [], []
-        for ax, layer in zip(axes[:, 0], layers, strict=True):
+        ratios, rows, curves = [], [], []
+        for layer in layers:
             s = part[part["layer"] == layer].sort_values("sjt_index")
             norm = s["cycles"] / s["cycles"].min()
             ratios.append(float(norm.max()))
-            ax.plot(s["sjt_index"], norm, lw=0.8, label=f"simulated cycles ({cache})")
             data = s[["layer", "sjt_index", "order", "cycles"]].assign(cycles_norm=norm.to_numpy())
-            if len(t_here):
-                t = t_here[t_here["layer"] == layer].merge(s[["order", "sjt_index"]], on="order")
-                if len(t):
-                    tn = t["median_ns"] / t["median_ns"].min()
-                    # own axis: compiled code also differs in vectorisation, which the cache model ignores
-                    ax2 = ax.twinx()
-                    ax2.plot(t["sjt_index"], tn, "o", ms=3, c="C3", label="measured time / best (right)")
-                    ax2.set_ylabel("measured / best", color="C3")
-                    ax2.legend(fontsize=7, loc="lower right")
-                    data = data.merge(t[["order", "median_ns"]], on="order", how="left")
+            t = t_here[t_here["layer"] == layer] if len(t_here) else pd.DataFrame()
+            t = t.merge(s[["order", "sjt_index"]], on="order") if len(t) else t
+            if len(t):
+                data = data.merge(t[["order", "median_ns"]], on="order", how="left")
             rows.append(data)
-            ax.set(ylabel="/ best", title=layer)
-            ax.legend(fontsize=7, loc="upper right")
-        axes[-1, 0].set_xlabel("loop order, Steinhaus-Johnson-Trotter index")
+            curves.append((layer, s["sjt_index"].to_numpy(), norm.to_numpy(), t))
+        fig = (_signature_panels if len(layers) <= MAX_PANELS else _signature_heatmap)(curves, cache)
         image, csv = ctx.save(fig, pd.concat(rows), f"permutations_fig4_3-{exp}-{fp}")
         mean_ratio = float(np.mean(ratios))
         lo, hi = CLAIMS["permutations_fig4_3"]["paper_numbers"]["worst_over_best_band"]
@@ -146,6 +135,49 @@ def signatures(ctx: FigureContext) -> list[PaperFigure]:
             )
         )  # fmt: skip
     return figures
+
+
+MAX_PANELS = 12  # Fig 4.3 draws one panel per layer up to this many, a heatmap of all layers beyond
+
+
+def _signature_panels(curves: list[tuple[str, np.ndarray, np.ndarray, Any]], cache: str) -> plt.Figure:
+    """One panel per layer: simulated cycles / best over the SJT order, measured times on their own axis."""
+    fig, axes = plt.subplots(
+        len(curves), 1, figsize=(10, 2.4 * len(curves)), squeeze=False, constrained_layout=True
+    )
+    for ax, (layer, x, norm, t) in zip(axes[:, 0], curves, strict=True):
+        ax.plot(x, norm, lw=0.8, label=f"simulated cycles ({cache})")
+        if len(t):
+            # own axis: compiled code also differs in vectorisation, which the cache model ignores
+            ax2 = ax.twinx()
+            ax2.plot(t["sjt_index"], t["median_ns"] / t["median_ns"].min(), "o", ms=3, c="C3",
+                     label="measured time / best (right)")  # fmt: skip
+            ax2.set_ylabel("measured / best", color="C3")
+            ax2.legend(fontsize=7, loc="lower right")
+        ax.set(ylabel="/ best", title=layer)
+        ax.legend(fontsize=7, loc="upper right")
+    axes[-1, 0].set_xlabel("loop order, Steinhaus-Johnson-Trotter index")
+    return fig
+
+
+def _signature_heatmap(curves: list[tuple[str, np.ndarray, np.ndarray, Any]], cache: str) -> plt.Figure:
+    """Every layer as one row of a heatmap (216 panels of Table 4.2 would be a figure 500 inches tall):
+    simulated cycles / the layer's best over the SJT order, on a log colour scale; the rows (and any
+    measured times) stay in the CSV."""
+    from matplotlib.colors import LogNorm
+
+    width = max(len(x) for _, x, _, _ in curves)
+    grid = np.full((len(curves), width), np.nan)
+    for i, (_, x, norm, _) in enumerate(curves):
+        grid[i, x.astype(int)] = norm
+    fig, ax = plt.subplots(figsize=(10, 6), constrained_layout=True)
+    img = ax.imshow(grid, aspect="auto", interpolation="nearest", cmap="viridis",
+                    norm=LogNorm(vmin=1.0, vmax=max(float(np.nanmax(grid)), 1.01)))  # fmt: skip
+    fig.colorbar(img, ax=ax, label=f"simulated cycles / the layer's best ({cache})")
+    step = max(1, len(curves) // 24)
+    ax.set_yticks(range(0, len(curves), step), [c[0] for c in curves][::step], fontsize=6)
+    ax.set(xlabel="loop order, Steinhaus-Johnson-Trotter index", ylabel=f"layer ({len(curves)})")
+    return fig
 
 
 def _winner_fig(panels: dict[str, pd.DataFrame]) -> plt.Figure:
