@@ -44,7 +44,16 @@ from typing import Any
 
 from harness.machine import detect, register_count, vector_lanes
 from kernels.candidate import Workload
-from studies.gemm_family.model import ROLES, RULES, Blocking, blocking, levels, register_tile
+from studies.gemm_family.model import (
+    ROLES,
+    RULES,
+    Blocking,
+    blocking,
+    levels,
+    register_tile,
+    round_down,
+    round_up,
+)
 
 VARIANTS: tuple[str, ...] = ("B3A2C0", "A3B2C0", "B3C2A0", "A3C2B0", "C3A2B0", "C3B2A0")
 PACKINGS: tuple[str, ...] = ("both", "A", "B", "none")  # Fig 19 (resident C variants)
@@ -354,10 +363,10 @@ def space_entry(entry: Mapping[str, Any], workload: Workload, target: str) -> li
             steps = register_tile(variant, int(mr), int(nr), int(kr))
             for key, d in (("mc", "i"), ("nc", "j"), ("kc", "k")):
                 step = steps[key[0]]
-                whole = -(-workload.size[d] // step) * step  # the dimension, rounded up to the tile
+                whole = round_up(workload.size[d], step)  # the dimension, rounded up to the tile
                 if key in entry:  # listed blocks: rounded down to whole tiles (BLIS's rule for nc and mc)
                     listed = [whole if v == "whole" else int(v) for v in _as_list(entry[key])]
-                    blocks[key] = sorted({min(whole, max(step, v // step * step)) for v in listed})
+                    blocks[key] = sorted({min(whole, round_down(v, step)) for v in listed})
                     continue
                 # a scaled block stays a whole number of register tiles and within the problem
                 factors = _as_list(scale.get(key, 1))

@@ -127,11 +127,11 @@ def register_tile(variant: str, mr: int, nr: int, kr: int) -> dict[str, int]:
     }[resident]
 
 
-def _round_up(x: int, step: int) -> int:
+def round_up(x: int, step: int) -> int:
     return -(-x // step) * step
 
 
-def _round_down(x: int, step: int) -> int:
+def round_down(x: int, step: int) -> int:
     return max(step, x // step * step)
 
 
@@ -163,7 +163,7 @@ def blocking(
     a, b = tile[r.a], tile[r.b]
 
     def clip(d: str, v: int) -> int:  # the problem's extent, rounded up to the tile (exact rule only)
-        return min(v, _round_up(sizes[d], tile[d])) if sizes is not None and rule == "exact" else v
+        return min(v, round_up(sizes[d], tile[d])) if sizes is not None and rule == "exact" else v
 
     if rule == "low":
         # L1: the a-panel gets C_1 ways, the b-panel (b/a times larger) the rest but one (Low et al. §4.2)
@@ -171,24 +171,24 @@ def blocking(
         # When b/a is so large that the formula gives 0 ways (a 4-way L1 with a 4 x 16 tile), the a-panel
         # keeps one way and the b-panel's ways (at least one) cap the stream instead: Table 2's Max% column.
         cb = max(1, l1.ways - 1 - c1)
-        stream = _round_down(min(c1 * l1.way_bytes // (a * s), cb * l1.way_bytes // (b * s)), tile[r.stream])
+        stream = round_down(min(c1 * l1.way_bytes // (a * s), cb * l1.way_bytes // (b * s)), tile[r.stream])
     else:  # the largest stream whose two panels fit W1 - 1 ways, over every split (c1, W1 - 1 - c1)
         splits = [(c, l1.ways - 1 - c) for c in range(1, l1.ways - 1)] or [(1, 1)]
         c1, stream = max(
             ((c, min(c * l1.way_bytes // (a * s), cb * l1.way_bytes // (b * s))) for c, cb in splits),
             key=lambda cs: cs[1],
         )
-        stream = clip(r.stream, _round_down(stream, tile[r.stream]))
+        stream = clip(r.stream, round_down(stream, tile[r.stream]))
     # L2: the L2 block (l2 x stream) beside one b-panel (stream x b)
     c2 = max(1, l2.ways - 1 - l2.ways_for(stream * b * s))
-    d2 = clip(r.l2, _round_down(c2 * l2.way_bytes // (stream * s), tile[r.l2]))
+    d2 = clip(r.l2, round_down(c2 * l2.way_bytes // (stream * s), tile[r.l2]))
     # L3: the L3 block (l3 x stream) beside one L2 block
     c3 = max(1, l3.ways - 1 - l3.ways_for(d2 * stream * s))
-    d3 = _round_down(c3 * l3.way_bytes // (stream * s), tile[r.l3])
+    d3 = round_down(c3 * l3.way_bytes // (stream * s), tile[r.l3])
     block = {r.stream: stream, r.l2: d2, r.l3: d3}
     unclipped = {f"{d}c": v for d, v in block.items()}
     if sizes is not None:
-        block = {d: min(v, _round_up(sizes[d], tile[d])) for d, v in block.items()}
+        block = {d: min(v, round_up(sizes[d], tile[d])) for d, v in block.items()}
     return Blocking(block["m"], block["n"], block["k"], c1, c2, c3, unclipped)
 
 
