@@ -12,9 +12,12 @@ Archives of the older layout (``rows/<experiment>/<row id>.parquet``) unpack too
 
 from __future__ import annotations
 
+import multiprocessing
 import shutil
 import tarfile
 import tempfile
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import pyarrow as pa
@@ -78,24 +81,55 @@ def _tvm_records(results_dir: Path, table: pa.Table) -> list[Path]:
 def unpack(archive: Path, results_dir: Path) -> int:
     """Restore ``archive`` into ``results_dir`` (existing rows of the same id replaced); returns the number
     of rows written."""
+    return unpack_all([archive], results_dir)[0]
+
+
+def unpack_all(
+    archives: list[Path],
+    results_dir: Path,
+    jobs: int = 1,
+    done: Callable[[Path, int], None] | None = None,
+) -> list[int]:
+    """:func:`unpack` of each archive in turn, as if one after the other (a row or file in a later archive
+    replaces an earlier one's), their reading and checking spread over ``jobs`` processes; ``done(archive,
+    rows)`` is called as each is stored. Returns each archive's row count. Nothing is stored when an archive
+    fails: its error names it."""
     results_dir = Path(results_dir)
-    with tarfile.open(archive) as tar, tempfile.TemporaryDirectory(prefix="unpack-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="unpack-") as tmp:
+        dirs = [Path(tmp) / str(i) for i in range(len(archives))]
+        args = list(zip(archives, dirs, strict=True))
+        if jobs > 1 and len(archives) > 1:
+            with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork")) as pool:
+                tables = list(pool.map(_read_checked, *zip(*args, strict=True)))
+        else:
+            tables = [_read_checked(a, d) for a, d in args]
+        counts = []
+        for path, where, rows in zip(archives, dirs, tables, strict=True):
+            counts.append(store.add_table(results_dir, rows, checked=True) if rows is not None else 0)
+            for f in sorted(p for top in TOP_LEVEL[1:] for p in (where / top).rglob("*") if p.is_file()):
+                dest = results_dir / f.relative_to(where)
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                shutil.move(f, dest)
+            if done:
+                done(path, counts[-1])
+    return counts
+
+
+def _read_checked(archive: Path, into: Path) -> pa.Table | None:
+    """``archive``'s rows as one table, checked against today's schema (None if it has none); its other
+    members extracted under ``into``."""
+    with tarfile.open(archive) as tar:
         members = tar.getmembers()
         stray = [m.name for m in members if m.name.split("/")[0] not in TOP_LEVEL]
         if stray:
             raise ArchiveError(f"{archive}: members outside {'/'.join(TOP_LEVEL)}: {stray[:3]}")
-        tar.extractall(tmp, filter="data")
-        n = 0
-        paths = sorted(Path(tmp).glob("rows/**/*.parquet"))
-        if paths:
-            # one table for all (an older archive holds a file per row, each with the columns of its day)
-            rows = pa.concat_tables([pq.read_table(p) for p in paths], promote_options="default")
-            try:
-                n = store.add_table(results_dir, rows)
-            except (ValueError, TypeError, KeyError) as exc:
-                raise ArchiveError(f"{archive}: {exc}") from exc
-        for f in sorted(p for top in TOP_LEVEL[1:] for p in (Path(tmp) / top).rglob("*") if p.is_file()):
-            dest = results_dir / f.relative_to(tmp)
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.move(f, dest)
-    return n
+        tar.extractall(into, filter="data")
+    paths = sorted(into.glob("rows/**/*.parquet"))
+    if not paths:
+        return None
+    # one table for all (an older archive holds a file per row, each with the columns of its day)
+    rows = pa.concat_tables([pq.read_table(p) for p in paths], promote_options="default")
+    try:
+        return store.validate_table(rows)
+    except (ValueError, TypeError, KeyError) as exc:
+        raise ArchiveError(f"{archive}: {exc}") from exc

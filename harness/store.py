@@ -365,15 +365,23 @@ def _check_columns(names: Iterable[str], what: str) -> None:
         raise ValueError(f"bad result {what}; " + "; ".join(parts))
 
 
+@functools.lru_cache(maxsize=1 << 14)
+def _json_error(text: str) -> str | None:
+    """Why ``text`` is not JSON, or None. Cached: a table's JSON columns repeat a few values (its machine,
+    compiler, sizes) on thousands of rows, and parsing each copy was half of unpacking every archive."""
+    try:
+        json.loads(text)
+    except json.JSONDecodeError as exc:
+        return str(exc)
+    return None
+
+
 def _row_problem(values: Mapping[str, Any]) -> str | None:
     """What is wrong with a row's values (JSON columns as text), in the words an error gives; None if
     nothing. The one statement of the row rules: single rows and whole tables are checked by it."""
     for name in JSON_COLUMNS:
-        if values[name] is not None:
-            try:
-                json.loads(values[name])
-            except json.JSONDecodeError as exc:
-                return f"column {name}: not valid JSON ({exc})"
+        if values[name] is not None and (error := _json_error(values[name])):
+            return f"column {name}: not valid JSON ({error})"
     nulls = [c for c in REQUIRED_NON_NULL if _is_null(values[c])]
     if nulls:
         return f"columns must not be null: {', '.join(nulls)}"
@@ -646,19 +654,22 @@ def add_rows(results_dir: Path, rows: list[Mapping[str, Any]]) -> int:
     return add_table(results_dir, pa.concat_tables(tables)) if tables else 0
 
 
-def add_table(results_dir: Path, table: pa.Table) -> int:
+def add_table(results_dir: Path, table: pa.Table, checked: bool = False) -> int:
     """:func:`add_rows` for rows already in a table (an archive's): validated at once
-    (:func:`validate_table`), stored into their experiments' compacted tables. Returns the rows stored."""
-    table = validate_table(table)
+    (:func:`validate_table`; ``checked`` when the caller has: :func:`validate_table`'s own result), stored
+    into their experiments' compacted tables. Returns the rows stored."""
+    table = table if checked else validate_table(table)
     experiments_of = table.column("experiment")
     for name in pc.unique(experiments_of).to_pylist():
         directory = _rows_dir(results_dir, name)
         newer = table.filter(pc.equal(experiments_of, name))
         with _locked(directory):
             _rewrite_compacted(directory, newer)
-            for rid in set(_ids(newer)):
-                with contextlib.suppress(FileNotFoundError):
-                    row_path(results_dir, name, rid).unlink()  # older than the row just stored
+            stored = set(_ids(newer))
+            for f in _row_files_in(directory):  # the row files there, not a path per stored row
+                if f.name.removesuffix(_ROW_SUFFIX) in stored:
+                    with contextlib.suppress(FileNotFoundError):
+                        f.unlink()  # older than the row just stored
     return table.num_rows
 
 

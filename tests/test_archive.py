@@ -96,3 +96,29 @@ def test_unpack_refuses_strays_and_rows_that_fail_the_schema(tmp_path: Path) -> 
         archive.unpack(out, tmp_path / "out2")
     with pytest.raises(archive.ArchiveError, match="no rows of experiment"):
         archive.pack(src, tmp_path / "b.tar.xz", ["nope"])
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_archives_unpacked_together_store_as_one_after_the_other(tmp_path: Path, jobs: int) -> None:
+    paths = []
+    for i, times in enumerate(([9.0, 9.5], [1.0, 2.0])):  # the same row, measured twice
+        src = tmp_path / f"src{i}"
+        store.write_row(src, make_row(candidate_key="k0", times_ns=times))
+        (src / "permutations").mkdir()
+        (src / "permutations" / "sim.txt").write_text(f"archive {i}")
+        archive.pack(src, tmp_path / f"a{i}.tar.xz")
+        paths.append(tmp_path / f"a{i}.tar.xz")
+    seen: list[tuple[str, int]] = []
+    counts = archive.unpack_all(
+        paths, tmp_path / "dst", jobs=jobs, done=lambda p, n: seen.append((p.name, n))
+    )
+    assert counts == [1, 1] and seen == [("a0.tar.xz", 1), ("a1.tar.xz", 1)]
+    df = store.load(tmp_path / "dst")
+    assert len(df) == 1 and df["min_ns"].iloc[0] == 1.0  # the later archive's copy
+    assert (tmp_path / "dst" / "permutations" / "sim.txt").read_text() == "archive 1"
+    stray = tmp_path / "stray.tar.xz"
+    with tarfile.open(stray, "w:xz") as tar:
+        tar.add(paths[0], arcname="elsewhere.tar.xz")
+    with pytest.raises(archive.ArchiveError, match="stray.tar.xz: members outside"):
+        archive.unpack_all([paths[0], stray], tmp_path / "dst2", jobs=jobs)
+    assert not (tmp_path / "dst2").exists()  # nothing stored from a batch with a bad archive

@@ -387,11 +387,12 @@ def test_a_table_with_unknown_or_missing_columns_is_refused() -> None:
 
 def test_an_added_table_replaces_stored_rows(tmp_path: Path) -> None:
     store.write_row(tmp_path, make_row(candidate_key="k0", times_ns=[9.0, 9.5]))
+    kept = store.write_row(tmp_path, make_row(candidate_key="k5"))  # not in the table: its file stays
     rows = [
         make_row(candidate_key="k0", times_ns=[1.0, 2.0]),
         make_row(candidate_key="k1", experiment="exp2"),
     ]
     assert store.add_table(tmp_path, _table(rows)) == 2
-    assert store.row_files(tmp_path) == []
+    assert store.row_files(tmp_path) == [kept]
     df = store.load(tmp_path)
-    assert sorted(df["experiment"]) == ["exp1", "exp2"] and df["min_ns"].min() == 1.0
+    assert sorted(df["experiment"]) == ["exp1", "exp1", "exp2"] and df["min_ns"].min() == 1.0

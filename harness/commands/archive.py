@@ -15,6 +15,7 @@ study of 20 000 rows then loads in a second instead of half a minute.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -32,6 +33,9 @@ def _parser() -> argparse.ArgumentParser:
     up = sub.add_parser("unpack", help="archives -> results directory")
     up.add_argument("archives", type=Path, nargs="+")
     up.add_argument("--results", type=Path, required=True)
+    up.add_argument(
+        "--jobs", type=int, default=min(2, os.cpu_count() or 1), help="processes reading the archives"
+    )
     cp = sub.add_parser("compact", help="a results directory's single-row files -> one table per experiment")
     cp.add_argument("--results", type=Path, required=True)
     cp.add_argument("--experiment", action="append", help="only these experiments (repeatable)")
@@ -51,9 +55,12 @@ def main(argv: list[str]) -> None:
                 n = store.compact(args.results, name)
                 print(f"{name}: {n} rows moved into its compacted table", file=sys.stderr)
         else:
-            for path in args.archives:
-                n = archive.unpack(path, args.results)
-                print(f"{path}: {n} rows restored into {args.results}", file=sys.stderr)
+            archive.unpack_all(
+                args.archives,
+                args.results,
+                jobs=args.jobs,
+                done=lambda path, n: print(f"{path}: {n} rows restored into {args.results}", file=sys.stderr),
+            )
     except (archive.ArchiveError, OSError) as exc:
         print(f"harness archive: error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
