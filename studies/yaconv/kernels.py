@@ -231,7 +231,7 @@ def shape_estimate(g: Geometry, nr: int, mr: int, window: bool = False) -> float
 
 
 # Two factors of the shape score that the useful fraction and the load/FMA balance leave out, both
-# measured on an AVX2 Zen 2 (experiment yaconv_shapes_avx2, studies/yaconv/README.md):
+# measured on an AVX2 Zen 2 (experiment yaconv_shapes_avx2, docs/yaconv_losses.md):
 # - accumulators in flight: two FMA pipes of latency 4-5 need 8-10 independent accumulators; below 10
 #   a tile waits on its own FMAs (7 x 7, C = M = 512: 4 x 16, 8 accumulators, ran at 35% of peak where
 #   4 x 24 with 12 ran at 56%);
