@@ -169,6 +169,9 @@ class ConvSpace:
     max_levels: int = 4
     reduction_inner: float = 0.0  # probability of the reductions-innermost prior (0: the thesis's sampler)
     pack_weights: float = 0.0  # probability of packing the weights in microkernel panels (0: the thesis's)
+    # those panels outermost and kept across calls (codegen option constant=K), as the baselines keep their
+    # converted weights; False: above the outermost h/w loop, copied on every call
+    constant_weights: bool = False
     parallel: int = 0  # threads of the §5.6/§6.2.1 rule (0: sequential): Tpar_{threads,d} outermost
     extra: tuple[tuple[str, int], ...] = field(default=())  # unused knobs kept for the record
 
@@ -204,8 +207,14 @@ class ConvSpace:
             p = conf.get(knob, 0.0)
             if isinstance(p, bool) or not isinstance(p, int | float) or not 0 <= p <= 1:
                 raise ConvSpaceError(f"space.conv.{knob} is a probability in [0, 1], got {p!r}")
-        if not isinstance(rem := conf.get("lambda_remainder", False), bool):
-            raise ConvSpaceError(f"space.conv.lambda_remainder is true or false, got {rem!r}")
+        for knob in ("lambda_remainder", "constant_weights"):
+            if not isinstance(flag := conf.get(knob, False), bool):
+                raise ConvSpaceError(f"space.conv.{knob} is true or false, got {flag!r}")
+        if conf.get("constant_weights") and conf.get("parallel"):
+            raise ConvSpaceError(
+                "space.conv.constant_weights needs the weights' pack above every loop, and a parallel loop "
+                "is outermost: use one of them"
+            )
         if conf.get("microkernels") == "forced" and not conf.get("forced"):
             raise ConvSpaceError('space.conv.microkernels=forced needs space.conv.forced: ["U_{17,h}, V_k"]')
         for text in conf.get("added") or ():
@@ -453,8 +462,20 @@ def _weights_in_panels(
         return None
     pack = weights_panel(plan, ctx.lanes)
     atoms = [a for _, a in outer]
-    text = "[" + ", ".join([*head, *atoms[:at], pack, *atoms[at:], *suffix]) + "]"
+    if ctx.space.constant_weights:  # the whole tensor's panels, above every loop
+        text = "[" + ", ".join([pack, *head, *atoms, *suffix]) + "]"
+    else:
+        text = "[" + ", ".join([*head, *atoms[:at], pack, *atoms[at:], *suffix]) + "]"
     return text if ctx.legal(text) else None
+
+
+def kept_weights(ctx: Context, text: str) -> bool:
+    """Whether a drawn scheme's weights are kept across calls (codegen option constant=K): the space says
+    so and the scheme packs them outermost."""
+    if not ctx.space.constant_weights:
+        return False
+    first = parse_scheme(text)[0]
+    return first.kind in ("Pack", "PackT") and first.tensor == "K"
 
 
 def weights_panel(plan: Plan, lanes: int) -> str:

@@ -6,14 +6,16 @@ chosen from the host's lane count ``L`` so that every scheme is legal whatever t
 
 from __future__ import annotations
 
+import ctypes
 import math
 import random
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from harness.build import compile_only
+from harness.build import CompilerConfig, build, compile_only
 from harness.check import CheckConfig
 from harness.machine import detect
 from kernels.candidate import Candidate, Workload, render
@@ -761,6 +763,61 @@ def test_prefetch_needs_an_output_dimension_and_the_tile_in_registers(options: d
     cand = scheme("[R_j, R_i, R_k, U_{3,i}, U_{2,j}, V_j]", "avx2", **options)
     with pytest.raises(SchemeError, match=rule):
         render(cand, mm(12, 32, 8))
+
+
+# -- constant inputs (codegen option constant, issue 32) -----------------------------------------------------
+def _call(lib: ctypes.CDLL, out: np.ndarray, a: np.ndarray, b: np.ndarray, ws: np.ndarray) -> None:
+    ptrs = (ctypes.c_void_p * 3)(*(x.ctypes.data for x in (out, a, b)))
+    assert lib.kernel(ptrs, ctypes.c_void_p(ws.ctypes.data)) == 0
+
+
+def test_a_constant_input_is_packed_once_per_buffer(tmp_path: Path) -> None:
+    """constant=B keeps B's outermost pack across calls: the same buffer is not copied again (a change to
+    it in place goes unseen, the contract the baselines' cached weight conversions have too), a new buffer
+    (or workspace) is; every result is the product of the weights the pack holds."""
+    if HOST_TARGET != "avx512" and "avx2" not in detect().isas:
+        pytest.skip("needs AVX2 to run the kernel")
+    m, n, k = 12, 4 * get_target(HOST_TARGET).lanes, 9
+    text = f"[PackT_B[j/{n // 2},k,j], R_j, R_i, R_k, U_{{3,i}}, U_{{2,j}}, V_j]"
+    src = render(scheme(text, constant="B"), mm(m, n, k))
+    assert "if (ttile_fresh)" in src.code
+    res = build(src, CompilerConfig(), tmp_path)
+    assert res.ok, res.error
+    lib = ctypes.CDLL(str(res.so_path))
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((m, k), dtype=np.float32)
+    b1, b2 = (rng.standard_normal((k, n), dtype=np.float32) for _ in range(2))
+    ws = np.zeros(src.workspace_bytes // 4 + 64, dtype=np.float32)
+
+    def product(b: np.ndarray) -> np.ndarray:
+        out = np.zeros((m, n), dtype=np.float32)
+        _call(lib, out, a, b, ws)
+        return out
+
+    np.testing.assert_allclose(product(b1), a @ b1, rtol=1e-5, atol=1e-5)
+    kept = b1.copy()
+    b1 += 1.0  # changed in place: the pack made from its old values is kept
+    np.testing.assert_allclose(product(b1), a @ kept, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(product(b2), a @ b2, rtol=1e-5, atol=1e-5)  # a new buffer: packed again
+    ws[:] = 0.0
+    ws2 = ws.copy()  # a new workspace: packed again too
+    out = np.zeros((m, n), dtype=np.float32)
+    _call(lib, out, a, b2, ws2)
+    np.testing.assert_allclose(out, a @ b2, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("text", "constant", "rule"),
+    [
+        ("[PackT_B[k,j], R_j, R_i, R_k, U_{3,i}, U_{2,j}, V_j]", "C", "the output"),
+        ("[PackT_B[k,j], R_j, R_i, R_k, U_{3,i}, U_{2,j}, V_j]", "X", "no tensor 'X'"),
+        ("[R_j, PackT_B[k,j], R_i, R_k, U_{3,i}, U_{2,j}, V_j]", "B", "must be outermost"),
+        ("[R_j, R_i, R_k, U_{3,i}, U_{2,j}, V_j]", "B", "no outermost pack of B"),
+    ],
+)
+def test_a_constant_input_needs_an_outermost_pack_of_an_input(text: str, constant: str, rule: str) -> None:
+    with pytest.raises(SchemeError, match=rule):
+        render(scheme(text, "avx2", constant=constant), mm(12, 32, 8))
 
 
 def test_prefetch_of_an_input_with_a_compound_index_is_refused() -> None:

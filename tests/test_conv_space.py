@@ -293,6 +293,28 @@ def test_pack_weights_prior_packs_microkernel_panels_above_the_first_h_or_w_loop
         cs.ConvSpace.from_config({"pack_weights": -0.1})
 
 
+def test_constant_weights_pack_the_whole_weights_outermost_and_keep_them() -> None:
+    """space.conv.constant_weights: the weights' panels of a draw that packs them go above every loop, and
+    the candidate keeps them across calls (option constant=K); a draw without the pack, or a space without
+    the knob, has no such option; a parallel space cannot have it (its parallel loop is outermost)."""
+    w = Workload.make("cv", "conv2d", {"h": 4, "w": 8, "k": 32, "c": 8, "r": 3, "s": 3})
+    plans = [cs.Plan((("k", 2), ("w", 4)))]
+    ctx = cs.Context(cs.ConvSpace(pack_weights=0.5, constant_weights=True), w, "avx2", plans)
+    rng = random.Random(4)
+    texts = [cs.draw(ctx, "random", rng)[0] for _ in range(100)]
+    packed = [t for t in texts if "PackT" in t]
+    assert 20 < len(packed) < 80
+    for text in packed:
+        assert parse_scheme(text)[0].text() == "PackT_K[k/16,r,s,c,k]" and cs.kept_weights(ctx, text)
+    assert not any(cs.kept_weights(ctx, t) for t in texts if "PackT" not in t)
+    plain = cs.Context(cs.ConvSpace(pack_weights=1.0), w, "avx2", plans)
+    assert not cs.kept_weights(plain, cs.draw(plain, "random", random.Random(4))[0])
+    with pytest.raises(cs.ConvSpaceError, match="constant_weights is true or false"):
+        cs.ConvSpace.from_config({"constant_weights": "yes"})
+    with pytest.raises(cs.ConvSpaceError, match="a parallel loop is outermost"):
+        cs.ConvSpace.from_config({"constant_weights": True, "parallel": 2})
+
+
 def test_fixed_permutation_is_level_by_level() -> None:
     ctx = _toy(64, 4, cs.ConvSpace(permutation="fixed", fixed_order=("k", "h", "w", "c", "r", "s")))
     rng = random.Random(2)

@@ -6,7 +6,7 @@ import random
 
 from harness.search import Problem, SearchConfig, SearchError
 from kernels.candidate import Candidate
-from kernels.conv_space import Context, ConvSpace, Plan, context, draw
+from kernels.conv_space import Context, ConvSpace, Plan, context, draw, kept_weights
 from kernels.scheme import format_scheme, parse_scheme
 
 
@@ -23,8 +23,11 @@ def conv_context(problem: Problem) -> Context:
 
 
 def candidate(problem: Problem, ctx: Context, text: str) -> Candidate:
-    """One spelling per scheme (so one key); the space's partial mode is a code-generation option."""
+    """One spelling per scheme (so one key); the space's partial mode is a code-generation option, and so is
+    keeping the weights' outermost pack across calls (``constant_weights``)."""
     options = {**problem.base_options, "partial": ctx.space.partial}
+    if kept_weights(ctx, text):
+        options["constant"] = "K"
     return Candidate("scheme", format_scheme(parse_scheme(text)), tuple(sorted(options.items())))
 
 

@@ -36,6 +36,7 @@ class Emitter:
     parallel: bool = False
     external_sites: list[str] = field(default_factory=list)  # file-scope declarations of the call sites
     prefetch: tuple[tuple[str, str], ...] = ()  # (tensor, dimension) pairs of the option prefetch
+    constant: frozenset[str] = frozenset()  # inputs of the option constant: their outermost pack is kept
 
     def __post_init__(self) -> None:
         # how each tensor (ABI order) is addressed here: itself, or the buffer of an enclosing Pack
@@ -45,6 +46,7 @@ class Emitter:
         self.nominal: dict[str, int] = {}  # variable extent -> its largest value
         self.workspace_floats = 0
         self.walks: dict[tuple, dict[int, LoopStep]] = {}
+        self.kept_packs: set[str] = set()  # tensors of the option constant whose pack was kept
 
     # -- helpers ---------------------------------------------------------------------------------
     def line(self, text: str) -> None:

@@ -5,7 +5,7 @@ with its flags, libraries and workspace."""
 from __future__ import annotations
 
 from kernels.candidate import Candidate, KernelSource, Workload
-from kernels.codegen.legality import analyze_for, external_atom, hoist_position, prefetches
+from kernels.codegen.legality import analyze_for, constants, external_atom, hoist_position, prefetches
 from kernels.codegen.loops import LoopNest
 from kernels.codegen.microkernel import Microkernel
 from kernels.codegen.packing import Packing
@@ -27,10 +27,12 @@ def generate(
     hoist: bool = True,
     fma: bool = True,
     prefetch: str | None = None,
+    constant: str | None = None,
 ) -> tuple[str, int]:
     """C source of the kernel and the workspace bytes its packing buffers need. ``prefetch``: the option's
     items (:func:`prefetches`); where the output tile is loaded into registers, the tiles of the next step
-    along their dimensions are prefetched (needs the accumulators hoisted)."""
+    along their dimensions are prefetched (needs the accumulators hoisted). ``constant``: the option's
+    inputs (:func:`constants`), whose outermost pack is copied only on a call with a new buffer of them."""
     op = workload.op
     hoist_at = hoist_position(an, op) if (hoist or an.scalp_position is not None) else None
     ext = external_atom(an)
@@ -41,16 +43,23 @@ def generate(
         raise SchemeError(
             "prefetch", "prefetch needs the output tile in registers (hoist=true, no external call)"
         )
-    gen = Generator(an, op, workload, target, an.vector_dim is not None, hoist_at, fma, prefetch=pairs)
+    kept = constants(constant, op)
+    gen = Generator(
+        an, op, workload, target, an.vector_dim is not None, hoist_at, fma, prefetch=pairs, constant=kept
+    )
     gen.depth = 1
     env: dict[str, tuple[str, int | str]] = {d: ("0", workload.size[d]) for d in op.dims}
     gen.emit(0, env, {})
+    if unpacked := sorted(kept - gen.kept_packs):
+        why = f"constant={constant}: no outermost pack of {', '.join(unpacked)} to keep across calls"
+        raise SchemeError("constant", why)
     head = [
         f"/* operator : {op.text()} */",
         f"/* workload : {workload.name} {workload.size} */",
         f"/* scheme   : {format_scheme(an.scheme, ascii_only=True)} */",
         f"/* target   : {target.name} ({target.lanes} lanes), fma={fma}, hoist={hoist}"
         + (f", prefetch={prefetch}" if prefetch else "")
+        + (f", constant={constant}" if constant else "")
         + " */",
         "#include <immintrin.h>",
         *(["#include <omp.h>"] if gen.parallel else []),
@@ -73,6 +82,17 @@ def generate(
         qual = "" if n == 0 else "const "
         head.append(f"  {qual}float *restrict {t.tensor} = tensors[{n}];")
     ret = "  return ttile_rc;" if ext is not None else "  return 0;"
+    if kept:
+        # the buffers the kept packs were copied from, and the workspace they were copied into
+        seen = [f"ttile_seen_{t}" for t in sorted(kept)]
+        head += [
+            f"  static const void *ttile_seen_ws, *{', *'.join(seen)};",
+            "  const int ttile_fresh = workspace != ttile_seen_ws"
+            + "".join(f" || (const void *){t} != ttile_seen_{t}" for t in sorted(kept))
+            + ";",
+        ]
+        remember = "".join(f"  ttile_seen_{t} = {t};\n" for t in sorted(kept))
+        ret = "  ttile_seen_ws = workspace;\n" + remember + ret
     return "\n".join([*head, *gen.lines, ret, "}", ""]), 4 * gen.workspace_floats
 
 
@@ -82,6 +102,7 @@ def render_scheme(candidate: Candidate, workload: Workload) -> KernelSource:
     fma = bool(candidate.option("fma", True))
     hoist = bool(candidate.option("hoist", True))
     prefetch = candidate.option("prefetch", None)
+    constant = candidate.option("constant", None)
     padded = workload
     if partial == "padded":
         try:
@@ -93,7 +114,13 @@ def render_scheme(candidate: Candidate, workload: Workload) -> KernelSource:
     an = analyze_for(candidate.text, padded, target, partial)
     try:
         code, workspace = generate(
-            an, padded, target, hoist=hoist, fma=fma, prefetch=None if prefetch is None else str(prefetch)
+            an,
+            padded,
+            target,
+            hoist=hoist,
+            fma=fma,
+            prefetch=None if prefetch is None else str(prefetch),
+            constant=None if constant is None else str(constant),
         )
     except SchemeError as exc:  # a rule only code generation can check (external-flexible, ...)
         raise as_written(exc, an.scheme) from None

@@ -88,6 +88,20 @@ def check_external_entry(an: Analysis, op: Operator) -> None:
             raise SchemeError("external-size", why, a, p)
 
 
+def constants(spec: str | None, op: Operator) -> frozenset[str]:
+    """The input tensors of the option ``constant`` (comma-separated names, e.g. ``K``): their outermost
+    pack is kept across calls (copied again only for a new buffer), as the baselines keep constant weights
+    converted. The output, or a name the operator does not have, is refused."""
+    names = [x.strip() for x in (spec or "").split(",") if x.strip()]
+    tensors = [t.tensor for t in op.tensors]
+    for name in names:
+        if name not in tensors:
+            raise SchemeError("constant", f"constant={spec!r}: no tensor {name!r} in {op.text()}")
+        if name == tensors[0]:
+            raise SchemeError("constant", f"constant={spec!r}: {name} is the output, written on every call")
+    return frozenset(names)
+
+
 def prefetches(spec: str | None, op: Operator) -> list[tuple[str, str]]:
     """The (tensor, dimension) pairs of the option ``prefetch``: comma-separated items ``d`` (the output's
     tile along d) or ``X:d`` (tensor X's tile along d, e.g. ``C:i,A:i``). An input must be indexed by plain

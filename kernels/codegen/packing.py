@@ -4,8 +4,9 @@ moves the contiguous axis), the code below addresses the buffer, and an output i
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 from kernels.codegen.emitter import Emitter
 from kernels.codegen.layout import View, plain_axes, row_major_strides
@@ -90,12 +91,35 @@ class Packing(Emitter):
                                      f"{buf} + {buf_off}", src.strides[order[-1]],
                                      buf_strides[transposed[2]], back=True)  # fmt: skip
 
-        copy_in()
+        with self.kept(pos, n):
+            copy_in()
         self.views[n] = View(buf, strides, origin)
         self.emit(pos + 1, env, binding)
         self.views[n] = src
         if n == 0:
             copy_out()
+        self.depth -= 1
+        self.line("}")
+
+    @contextlib.contextmanager
+    def kept(self, pos: int, n: int) -> Iterator[None]:
+        """The copy of a pack emitted inside: run on every call, or, for a tensor of the option
+        ``constant``, only on a call with a new buffer of it (or a new workspace) as the baselines convert
+        constant weights once per weights buffer; such a pack must be outermost (its buffer then holds the
+        whole tensor, and nothing above it changes between calls)."""
+        a = self.an.scheme[pos]
+        if a.tensor not in self.constant:
+            yield
+            return
+        if n == 0:
+            raise SchemeError("constant", f"constant={a.tensor}: the output changes on every call", a, pos)
+        if any(b.kind not in ("Pack", "PackT") for b in self.an.scheme[:pos]):
+            why = f"constant={a.tensor}: its pack must be outermost (above every loop) to be kept"
+            raise SchemeError("constant", why, a, pos)
+        self.kept_packs.add(a.tensor)
+        self.line("if (ttile_fresh) {  /* a new buffer of a constant input (or a new workspace): copy it */")
+        self.depth += 1
+        yield
         self.depth -= 1
         self.line("}")
 
@@ -207,29 +231,30 @@ class Packing(Emitter):
             self.line("}")
             self.depth -= len(order) - 2
 
-        self.line(f"for (int {v_out} = 0; {v_out} * {p} < {ext_d}; {v_out}++)")
-        self.depth += 1
-        # A whole panel is written in the buffer's own order, d innermost with the constant bound p:
-        # contiguous stores the compiler vectorizes (B's panels), or chunks of the panel transpose above
-        # (A's panels; p short rows read side by side where k is below L). On 1000^3 (B3A2C0, 12 x 2
-        # vectors, AVX-512, Emerald Rapids) the
-        # packs took about 10% of the call in the source order below; this order made the call 2.7%
-        # faster (8 interleaved runs). A partial last panel keeps the general loops (source order:
-        # contiguous reads, the bound from MIN).
-        if isinstance(ext_d, int) and ext_d % p == 0:  # every panel whole
-            copy_whole()
-        else:
-            by_src = sorted(range(len(acc.axes)), key=lambda x: -src.strides[x])
-            self.line(f"if ({ext_d} - {v_out} * {p} >= {p}) {{")
+        with self.kept(pos, n):
+            self.line(f"for (int {v_out} = 0; {v_out} * {p} < {ext_d}; {v_out}++)")
             self.depth += 1
-            copy_whole()
+            # A whole panel is written in the buffer's own order, d innermost with the constant bound p:
+            # contiguous stores the compiler vectorizes (B's panels), or chunks of the panel transpose above
+            # (A's panels; p short rows read side by side where k is below L). On 1000^3 (B3A2C0, 12 x 2
+            # vectors, AVX-512, Emerald Rapids) the
+            # packs took about 10% of the call in the source order below; this order made the call 2.7%
+            # faster (8 interleaved runs). A partial last panel keeps the general loops (source order:
+            # contiguous reads, the bound from MIN).
+            if isinstance(ext_d, int) and ext_d % p == 0:  # every panel whole
+                copy_whole()
+            else:
+                by_src = sorted(range(len(acc.axes)), key=lambda x: -src.strides[x])
+                self.line(f"if ({ext_d} - {v_out} * {p} >= {p}) {{")
+                self.depth += 1
+                copy_whole()
+                self.depth -= 1
+                self.line("} else {")
+                self.depth += 1
+                copy(by_src, f"MIN({p}, {ext_d} - {v_out} * {p})")
+                self.depth -= 1
+                self.line("}")
             self.depth -= 1
-            self.line("} else {")
-            self.depth += 1
-            copy(by_src, f"MIN({p}, {ext_d} - {v_out} * {p})")
-            self.depth -= 1
-            self.line("}")
-        self.depth -= 1
         origin = {x: bases[x] for x in acc.dims()}
         self.views[n] = View(buf, strides, origin, inner_strides, split)
         self.emit(pos + 1, env, binding)
