@@ -197,11 +197,7 @@ def _search_runs(rows: list[dict[str, object]]) -> str:
 
 
 def _first(rows: list[dict[str, object]], column: str) -> object:
-    for r in rows:  # a plain loop: called for every carried column of every unit (1.6 M calls, all archives)
-        value = r.get(column)
-        if not _missing(value):
-            return value
-    return None
+    return next((r[column] for r in rows if not _missing(r.get(column))), None)
 
 
 #: the row columns a summary line reads (the others, such as the machine's JSON, stay out of its records)

@@ -91,7 +91,7 @@ class Packing(Emitter):
                                      f"{buf} + {buf_off}", src.strides[order[-1]],
                                      buf_strides[transposed[2]], back=True)  # fmt: skip
 
-        with self.kept(pos, n):
+        with self.kept(pos):
             copy_in()
         self.views[n] = View(buf, strides, origin)
         self.emit(pos + 1, env, binding)
@@ -102,17 +102,16 @@ class Packing(Emitter):
         self.line("}")
 
     @contextlib.contextmanager
-    def kept(self, pos: int, n: int) -> Iterator[None]:
+    def kept(self, pos: int) -> Iterator[None]:
         """The copy of a pack emitted inside: run on every call, or, for a tensor of the option
         ``constant``, only on a call with a new buffer of it (or a new workspace) as the baselines convert
         constant weights once per weights buffer; such a pack must be outermost (its buffer then holds the
-        whole tensor, and nothing above it changes between calls)."""
+        whole tensor, and nothing above it changes between calls). The output is refused before any code
+        (:func:`kernels.codegen.legality.constants`)."""
         a = self.an.scheme[pos]
         if a.tensor not in self.constant:
             yield
             return
-        if n == 0:
-            raise SchemeError("constant", f"constant={a.tensor}: the output changes on every call", a, pos)
         if any(b.kind not in ("Pack", "PackT") for b in self.an.scheme[:pos]):
             why = f"constant={a.tensor}: its pack must be outermost (above every loop) to be kept"
             raise SchemeError("constant", why, a, pos)
@@ -231,7 +230,7 @@ class Packing(Emitter):
             self.line("}")
             self.depth -= len(order) - 2
 
-        with self.kept(pos, n):
+        with self.kept(pos):
             self.line(f"for (int {v_out} = 0; {v_out} * {p} < {ext_d}; {v_out}++)")
             self.depth += 1
             # A whole panel is written in the buffer's own order, d innermost with the constant bound p:
