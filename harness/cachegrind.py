@@ -36,6 +36,11 @@ class CachegrindError(RuntimeError):
     """valgrind failed or wrote no summary."""
 
 
+class CachegrindKilled(CachegrindError):
+    """valgrind was stopped by a signal (the user, the OOM killer, a job's end): an interruption, not a
+    property of the kernel, so a resumable run stores no row for it and measures it again."""
+
+
 def valgrind() -> str | None:
     return shutil.which("valgrind")
 
@@ -71,6 +76,8 @@ def _run(
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=3600)
     except subprocess.TimeoutExpired as exc:
         raise CachegrindError("valgrind ran over an hour: a workload too large to simulate") from exc
+    if proc.returncode < 0:
+        raise CachegrindKilled(f"valgrind was killed by signal {-proc.returncode}")
     if proc.returncode != 0:
         raise CachegrindError(f"valgrind exit {proc.returncode}: {proc.stderr.strip()[-400:]}")
     return proc.stdout

@@ -317,6 +317,34 @@ def test_counter_sample_spreads_over_the_work() -> None:
     assert spread(layers, None) == layers and spread(layers, 100) == layers
 
 
+def test_a_killed_valgrind_is_an_interruption_not_a_row(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """valgrind stopped by a signal raises CachegrindKilled; the counters command then stops and stores
+    nothing for that layer, so running it again measures it (an error row would have been skipped)."""
+    import subprocess
+
+    from harness import cachegrind
+    from studies.yaconv.commands import yaconv_counters
+
+    def killed(cmd: list[str], **_: object) -> subprocess.CompletedProcess[str]:
+        return subprocess.CompletedProcess(cmd, -9, "", "")
+
+    monkeypatch.setattr(cachegrind.subprocess, "run", killed)
+    with pytest.raises(cachegrind.CachegrindKilled, match="signal 9"):
+        cachegrind._run(tmp_path, tmp_path, [], tmp_path / "o", 0, 1, tmp_path / "cg")
+
+    def measure(*_: object) -> dict[str, object]:
+        raise cachegrind.CachegrindKilled("valgrind was killed by signal 15")
+
+    monkeypatch.setattr(yaconv_counters, "valgrind", lambda: "valgrind")
+    monkeypatch.setattr(yaconv_counters, "measure", measure)
+    with pytest.raises(SystemExit) as stop:
+        yaconv_counters.main(["--quick", "--limit", "1", "--no-ours", "--results", str(tmp_path)])
+    assert stop.value.code == 1 and "measures it again" in capsys.readouterr().err
+    assert store.row_files(tmp_path) == []
+
+
 @pytest.mark.slow
 def test_cachegrind_counts_of_a_tiny_layer(tmp_path: Path) -> None:
     """The driver under valgrind: deterministic per-call counts, and the output still checked."""

@@ -29,7 +29,7 @@ from typing import Any
 from harness import machine as machine_mod
 from harness import store
 from harness.build import CompilerConfig, build
-from harness.cachegrind import CachegrindError, count, valgrind
+from harness.cachegrind import CachegrindError, CachegrindKilled, count, valgrind
 from harness.check import CheckConfig, check_output, make_tensors
 from harness.commands import positive_int
 from harness.experiment import Experiment, base_row, render_or_failure
@@ -61,6 +61,8 @@ def measure(
     tensors = make_tensors(w, exp.seed, exp.check)
     try:
         counts, first = count(src, built.so_path, tensors, cache_dir)
+    except CachegrindKilled:
+        raise  # an interruption: main stores nothing, so the same command measures it again
     except CachegrindError as exc:
         row["status"], row["reason"] = "error", str(exc)
         return row
@@ -122,7 +124,15 @@ def main(argv: list[str]) -> None:
             rid = store.row_id(EXPERIMENT, cand.key, w.name, "hot", 0, m.fingerprint)
             if store.has_row(args.results, EXPERIMENT, rid):
                 continue
-            row = measure(cand, w, args.results, m, cache_dir)
+            try:
+                row = measure(cand, w, args.results, m, cache_dir)
+            except CachegrindKilled as exc:
+                print(
+                    f"harness yaconv-counters: stopped: {exc} on {w.name} {cand.label()}; nothing stored"
+                    " for it, the same command measures it again",
+                    file=sys.stderr,
+                )
+                raise SystemExit(1) from exc
             store.write_row(args.results, row)
             c = json.loads(row["counters"]) if row["counters"] else {}
             what = re.sub(r"\s+", " ", f"Dr={c.get('Dr')} Bc={c.get('Bc')} DLmr={c.get('DLmr')}") if c else ""
