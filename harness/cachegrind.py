@@ -36,9 +36,10 @@ class CachegrindError(RuntimeError):
     """valgrind failed or wrote no summary."""
 
 
-class CachegrindKilled(CachegrindError):
+class CachegrindKilled(RuntimeError):
     """valgrind was stopped by a signal (the user, the OOM killer, a job's end): an interruption, not a
-    property of the kernel, so a resumable run stores no row for it and measures it again."""
+    property of the kernel. Not a CachegrindError, so no caller records it in a row as a failure: the
+    run stops, stores nothing for that kernel, and a resumed run measures it again."""
 
 
 def valgrind() -> str | None:

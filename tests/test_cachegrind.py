@@ -48,6 +48,31 @@ def test_avx512_code_is_not_simulated_and_says_why(tmp_path: Path) -> None:
     assert "AVX-512" in json.loads(row["counters_unavailable"])["cachegrind"] and row["counters"] == "{}"
 
 
+def test_a_killed_valgrind_stops_a_run_instead_of_storing_a_row_without_counters(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An interruption is not a failure of the kernel: harness run must not store the row with its
+    counters marked unavailable (a resumed run would skip it and never count it)."""
+    from harness.experiment import _simulated_counters
+    from kernels.candidate import KernelSource
+
+    def killed(*_: object) -> None:
+        raise cachegrind.CachegrindKilled("valgrind was killed by signal 15")
+
+    monkeypatch.setattr(cachegrind, "count", killed)
+    row = {"counters_unavailable": "{}", "counters": "{}"}
+
+    class Built:
+        so_path = tmp_path / "k.so"
+
+    class Exp:
+        cache_dir = tmp_path
+
+    with pytest.raises(cachegrind.CachegrindKilled):
+        _simulated_counters(Exp, KernelSource(code="", target="avx2"), Built, [], row)  # type: ignore[arg-type]
+    assert row["counters_unavailable"] == "{}"
+
+
 def test_an_unknown_backend_is_named() -> None:
     out = harness("run", "workload=matmul_small", "counters.backends=[pmu]")
     assert out.returncode == 2 and "allowed: papi, perf_event, cachegrind" in out.stderr
