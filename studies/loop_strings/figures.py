@@ -70,6 +70,8 @@ def _vs_onednn(ctx: FigureContext, prefix: str, claim: str, xlabel: str) -> list
         gf.index = [i.removeprefix(prefix) for i in gf.index]
         gf.plot.bar(ax=ax, rot=30 if len(gf) > 4 else 0)
         ax.set(ylabel="GFLOP/s (median)", xlabel=xlabel)
+        ax.legend(bbox_to_anchor=(1.01, 1), loc="upper left")  # beside the bars: 19 layers fill the axes
+        plt.setp(ax.get_xticklabels(), ha="right", rotation_mode="anchor")  # each label ends under its bars
         image, csv = ctx.save(fig, data, f"{claim}-{fp}")
         target = meta["target_geomean"]
         figures.append(
