@@ -288,3 +288,45 @@ def test_the_models_predictions_are_reused_only_for_the_same_strings_cache_and_t
     assert stored_model(path, cands[:-1], cfg, 1) is None and stored_model(path, cands, cfg, 2) is None
     path.write_bytes(path.read_bytes()[:40])  # cut by a crash
     assert stored_model(path, cands, cfg, 1) is None
+
+
+def test_the_model_on_two_workers_and_resumed_gives_the_same_ranking(tmp_path: Path) -> None:
+    """``--jobs 2`` spreads the strings over two processes, and a ranking stopped half-way resumes from
+    the predictions it kept: both give the predictions and order of one uninterrupted process."""
+    from harness import cachesim
+    from studies.loop_strings import model as parlooper_model
+    from studies.loop_strings.commands.loop_strings import PartialModel
+
+    sizes = {"i": 64, "j": 64, "k": 64}
+    cands = lsm.enumerate_gemm(sizes, lsm.GemmParams(16, 16, 16, 1), limit=6, seed=1)
+    cfg = cachesim.load_config("host")
+    one = parlooper_model.rank(cands, sizes, cfg, 1)
+    two = parlooper_model.rank(cands, sizes, cfg, 1, jobs=2)
+    assert [(c.key, p) for c, p in two] == [(c.key, p) for c, p in one]
+
+    partial = PartialModel(tmp_path / "p.parquet", cfg, 1)
+    stop_after = 3
+
+    def add_then_stop(c: object, pr: parlooper_model.Prediction) -> None:
+        partial.add(c, pr)
+        if len(partial.rows) == stop_after:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        try:
+            parlooper_model.rank(cands, sizes, cfg, 1, on_result=add_then_stop)
+        except BaseException:
+            partial.save()
+            raise
+    resumed = PartialModel(tmp_path / "p.parquet", cfg, 1)
+    known = resumed.load()
+    assert len(known) == stop_after
+    simulated: list[str] = []
+    again = parlooper_model.rank(
+        cands, sizes, cfg, 1, known=known, on_result=lambda c, _p: simulated.append(c.key)
+    )
+    assert len(simulated) == len(cands) - stop_after and not set(simulated) & set(known)
+    assert [(c.key, p) for c, p in again] == [(c.key, p) for c, p in one]
+    assert PartialModel(tmp_path / "p.parquet", cfg, 2).load() == {}  # other threads: not reused
+    resumed.finish()
+    assert not (tmp_path / "p.parquet").exists()

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from harness import cachesim, interrupt
+from harness import cachesim, interrupt, workers
 from studies.loop_strings import kernels as lsm
 
 # Bytes per cycle each level can feed one core (AVX2-class x86: 2 x 32 B loads/cycle from L1; typical
@@ -162,22 +162,55 @@ def top_classes(predicted: Mapping[Any, float], n: int = 5, rel: float = 1e-3) -
     return {k for k, v in predicted.items() if v <= cut}
 
 
+def predict_candidate(
+    c: Any, sizes: Mapping[str, int], cfg: cachesim.CacheConfig, nthreads: int = 1
+) -> Prediction:
+    """The prediction of one enumerated GEMM loop string (a ``Candidate`` of ``enumerate_gemm``)."""
+    p = lsm.gemm_params(c)
+    return predict(lsm.parse_loop_string(c.text), lsm.gemm_specs(p, sizes), p, cfg, nthreads)
+
+
+def _predict_job(job: tuple[Any, Mapping[str, int], cachesim.CacheConfig, int]) -> Prediction:
+    return predict_candidate(*job)
+
+
 def rank(
     candidates: Sequence[Any],
     sizes: Mapping[str, int],
     cfg: cachesim.CacheConfig,
     nthreads: int = 1,
     progress: Callable[[int, int], None] | None = None,
+    jobs: int = 1,
+    known: Mapping[str, Prediction] | None = None,
+    on_result: Callable[[Any, Prediction], None] | None = None,
 ) -> list[tuple[Any, Prediction]]:
     """Candidates with their predictions, best (fewest cycles) first. The model simulates every BRGEMM call
-    (64^3 of them per string for a 2048^3 GEMM in blocks of 32): ``progress(done, total)`` is called after
-    each candidate."""
-    out = []
-    for n, c in enumerate(candidates, 1):
-        interrupt.check()  # thousands of simulated nests: a stop requested meanwhile is honoured here
-        p = lsm.gemm_params(c)
-        ls = lsm.parse_loop_string(c.text)
-        out.append((c, predict(ls, lsm.gemm_specs(p, sizes), p, cfg, nthreads)))
-        if progress is not None:
-            progress(n, len(candidates))
-    return sorted(out, key=lambda cp: cp[1].cycles)
+    (64^3 of them per string for a 2048^3 GEMM in blocks of 32, about 4 s a string): ``progress(done,
+    total)`` is called after each candidate, ``on_result(candidate, prediction)`` after each new one (to
+    keep it: a stopped ranking resumes from ``known``, predictions by candidate key, which are not
+    simulated again). ``jobs`` > 1 spreads the candidates over that many worker processes; the predictions
+    are the same (each candidate's simulation is independent and deterministic)."""
+    known = dict(known or {})
+    todo = [c for c in candidates if c.key not in known]
+    preds = {c.key: known[c.key] for c in candidates if c.key in known}
+    done = len(preds)
+    if progress is not None and done:
+        progress(done, len(candidates))
+    pool = workers.process_pool(jobs, [__name__]) if jobs > 1 and len(todo) > 1 else None
+    try:
+        if pool is None:
+            results = (predict_candidate(c, sizes, cfg, nthreads) for c in todo)
+        else:
+            results = pool.map(_predict_job, [(c, dict(sizes), cfg, nthreads) for c in todo])
+        for c, pr in zip(todo, results, strict=True):
+            interrupt.check()  # thousands of simulated nests: a stop requested meanwhile is honoured here
+            preds[c.key] = pr
+            done += 1
+            if on_result is not None:
+                on_result(c, pr)
+            if progress is not None:
+                progress(done, len(candidates))
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)  # a stop drops the strings not yet started
+    return sorted(((c, preds[c.key]) for c in candidates), key=lambda cp: cp[1].cycles)

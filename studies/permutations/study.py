@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import multiprocessing as mp
 import os
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
@@ -30,7 +29,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from harness import cachesim
+from harness import cachesim, workers
 from studies.permutations import kernels as perm
 
 SIM_DIR = "permutations/sim"
@@ -72,13 +71,9 @@ def _sim_one(args: tuple[Any, ...]) -> dict[str, Any]:
 
 
 def sim_pool(jobs: int) -> ProcessPoolExecutor:
-    """Workers for the simulations, started from a fork server: a worker forked from this process
-    could inherit a lock held by one of its threads (pyarrow's, once a file is written) and wait on it
-    forever; one such worker hung a Table 4.2 run after 73 layers. A worker that dies raises
-    BrokenProcessPool in the caller instead of a silent hang."""
-    ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload([__name__])  # each worker starts with this module (numpy, pycachesim) loaded
-    return ProcessPoolExecutor(jobs, mp_context=ctx)
+    """Workers for the simulations (:func:`harness.workers.process_pool`), each starting with this module
+    (numpy, pycachesim) loaded."""
+    return workers.process_pool(jobs, [__name__])
 
 
 def simulate_layer(

@@ -36,6 +36,8 @@ SHAPE_SETS = {
     "fig2": ["512x512x512", "1024x1024x1024", "2048x2048x2048"],
 }
 MODEL_DIR = "parlooper/model"
+#: predictions of a ranking not finished yet (a stopped run resumes from them; removed once it finishes)
+PARTIAL_DIR = "parlooper/model-partial"
 CONV_SETS = {"quick": ["res5-3x3-512-512"], "resnet50": list(lsm.RESNET50)}
 
 
@@ -88,6 +90,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--baselines", default="onednn", help="comma-separated library baselines ('' for none)")
     p.add_argument("--max-reps", type=positive_int, default=20)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--jobs", type=positive_int, default=1,
+        help="worker processes for the model's predictions (not for the timings, which run one at a time)",
+    )  # fmt: skip
     return p.parse_args(argv)
 
 
@@ -130,7 +136,16 @@ def main(argv: list[str]) -> None:
         out = args.results / MODEL_DIR / f"{name}-{m.fingerprint}.parquet"
         model = stored_model(out, cands, cfg, args.threads)
         if model is None:
-            ranked = parlooper_model.rank(cands, sizes, cfg, args.threads, Progress(name))
+            partial = PartialModel(args.results / PARTIAL_DIR / out.name, cfg, args.threads)
+            try:
+                ranked = parlooper_model.rank(
+                    cands, sizes, cfg, args.threads, Progress(name), jobs=args.jobs,
+                    known=partial.load(), on_result=partial.add,
+                )  # fmt: skip
+            except BaseException:  # a stop, a dead worker: keep what was predicted, then stop
+                partial.save()
+                raise
+            partial.finish()
             predicted = {c.key: pr.cycles for c, pr in ranked}
             top = parlooper_model.top_classes(predicted)
             model = pd.DataFrame([
@@ -178,6 +193,51 @@ def stored_model(
         and set(model["threads"]) == {threads}
     )
     return model if same else None
+
+
+class PartialModel:
+    """The predictions of an unfinished ranking, kept every few seconds: a 2048^3 ranking takes over an hour
+    on one core, and a stopped run should not lose it. Written whole (temporary file, then rename)."""
+
+    EVERY_S = 30.0
+
+    def __init__(self, path: Path, cfg: cachesim.CacheConfig, threads: int) -> None:
+        self.path, self.cache_key, self.threads = path, cfg.key, threads
+        self.rows: list[dict[str, object]] = []
+        self.saved = time.monotonic()
+
+    def load(self) -> dict[str, parlooper_model.Prediction]:
+        """Predictions stored by a stopped run with the same cache model and threads."""
+        if not self.path.is_file():
+            return {}
+        try:
+            df = pd.read_parquet(self.path)
+        except Exception:  # noqa: BLE001 - unreadable: predict again
+            return {}
+        df = df[(df["cache_key"] == self.cache_key) & (df["threads"] == self.threads)]
+        self.rows = df.to_dict("records")
+        pred = parlooper_model.Prediction
+        return {
+            r["candidate_key"]: pred(r["cycles"], r["flops_per_cycle"], r["calls"], r["threads"])
+            for r in self.rows
+        }
+
+    def add(self, c: Candidate, pr: parlooper_model.Prediction) -> None:
+        self.rows.append({"candidate_key": c.key, "cycles": pr.cycles, "flops_per_cycle": pr.gflops_per_ghz,
+                          "calls": pr.calls, "threads": pr.threads, "cache_key": self.cache_key})  # fmt: skip
+        if time.monotonic() - self.saved >= self.EVERY_S:
+            self.save()
+
+    def save(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        pd.DataFrame(self.rows).to_parquet(tmp, index=False)
+        tmp.replace(self.path)
+        self.saved = time.monotonic()
+
+    def finish(self) -> None:
+        """The ranking is complete (and about to be stored whole): the partial file has served."""
+        self.path.unlink(missing_ok=True)
 
 
 class Progress:
