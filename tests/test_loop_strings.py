@@ -204,11 +204,13 @@ def test_model_counts_compulsory_and_capacity_misses() -> None:
 
 
 @pytest.mark.parametrize(
-    ("text", "stride", "core", "c_step"),
-    [("abcdef", 1, "c", 1), ("bcdefa", 2, "c", 2), ("cdBEfa", 1, "c", 1), ("fedcba", 1, "libxsmm", 2)],
-)
+    ("text", "stride", "core", "c_step", "layout"),
+    [("abcdef", 1, "c", 1, "plain"), ("bcdefa", 2, "c", 2, "plain"), ("cdBEfa", 1, "c", 1, "plain"),
+     ("fedcba", 1, "libxsmm", 2, "plain"), ("bcdefa", 2, "c", 2, "blocked"), ("cdBEfa", 1, "c", 1, "blocked"),
+     ("fedcba", 1, "libxsmm", 2, "blocked")],
+)  # fmt: skip
 def test_generated_conv_is_correct(
-    text: str, stride: int, core: str, c_step: int, shared_cache: Path
+    text: str, stride: int, core: str, c_step: int, layout: str, shared_cache: Path
 ) -> None:
     if core == "libxsmm":
         try:
@@ -216,7 +218,9 @@ def test_generated_conv_is_correct(
         except BaselineUnavailable as exc:
             pytest.skip(str(exc))
     w = Workload.make("ls-conv", "conv2d", {"h": 3, "w": 7, "k": 32, "c": 16, "r": 3, "s": 3}, stride=stride)
-    cand = lsm.conv_candidate(text, lsm.ConvParams(bc=8, bk=16, bw=7, c_step=c_step, core=core))
+    params = lsm.ConvParams(bc=8, bk=16, bw=7, c_step=c_step, core=core, layout=layout)
+    cand = lsm.conv_candidate(text, params)
+    assert lsm.conv_params(cand) == params
     mode, passed = _run(cand, w, shared_cache, threads=2 if text != text.lower() else 1)
     assert mode == "full" and passed
 

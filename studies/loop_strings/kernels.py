@@ -500,6 +500,7 @@ class ConvParams:
     c_step: int = 1
     blocks: tuple[tuple[int, ...], ...] = ((), (), (), (), (), ())
     core: str = "c"
+    layout: str = "plain"  # LAYOUTS: the weights as given (HWIO), or in blocks kept across calls
 
 
 def conv_params(candidate: Candidate) -> ConvParams:
@@ -507,10 +508,12 @@ def conv_params(candidate: Candidate) -> ConvParams:
     blocks = tuple(tuple(int(v) for v in opt.get(f"blocks_{x}", ()) or ()) for x in CONV_LETTERS)
     p = ConvParams(
         int(opt.get("bc", 32)), int(opt.get("bk", 32)), int(opt.get("bw", 7)), int(opt.get("c_step", 1)),
-        blocks, str(opt.get("core", "c")),
+        blocks, str(opt.get("core", "c")), str(opt.get("layout", "plain")),
     )  # fmt: skip
     if p.core not in CORES:
         raise LoopStringError(f"core={p.core!r} unknown; allowed: {', '.join(CORES)}")
+    if p.layout not in LAYOUTS:
+        raise LoopStringError(f"layout={p.layout!r} unknown; allowed: {', '.join(LAYOUTS)}")
     return p
 
 
@@ -532,8 +535,29 @@ def conv_candidate(text: str, params: ConvParams) -> Candidate:
         "bc": params.bc, "bk": params.bk, "bw": params.bw, "c_step": params.c_step, "core": params.core,
         "target": "avx2",
         **{f"blocks_{x}": tuple(b) for x, b in zip(CONV_LETTERS, params.blocks, strict=True) if b},
+        **({"layout": params.layout} if params.layout != "plain" else {}),
     }  # fmt: skip
     return Candidate("loop_string", text, tuple(sorted(opts.items())))
+
+
+# The convolution's weights in PARLOOPER's blocked layout [K/bk][R][S][C/bc][bc][bk], reordered once per
+# weights buffer (a call with the same weights and workspace reuses them), as oneDNN reorders constant
+# weights once (the onednn-blocked baseline's conversions are untimed). In HWIO a bc x bk block's rows are
+# K floats apart: 4-8 KiB for K = 1024-2048, so its 32 rows fall into the same few L1 sets.
+_PACK_WEIGHTS = """
+  static const void *seen_w, *seen_ws;
+  float *restrict Wb = (float *)workspace;
+  if ((const void *)Kw != seen_w || workspace != seen_ws) {
+    #pragma omp parallel for collapse(2) if (PACK_PARALLEL)
+    for (int kb = 0; kb < KO / BN; ++kb)
+      for (int rs = 0; rs < SR * SS; ++rs)
+        for (int cb = 0; cb < CI / BK; ++cb)
+          for (int c = 0; c < BK; ++c)
+            memcpy(Wb + (((long)kb * SR * SS + rs) * (CI / BK) + cb) * BK * BN + (long)c * BN,
+                   Kw + ((long)rs * CI + cb * BK + c) * KO + kb * BN, BN * sizeof(float));
+    seen_w = Kw;
+    seen_ws = workspace;
+  }"""
 
 
 def render_conv(candidate: Candidate, workload: Workload) -> KernelSource:
@@ -543,23 +567,32 @@ def render_conv(candidate: Candidate, workload: Workload) -> KernelSource:
     specs = conv_specs(p, sz)
     st = int(dict(workload.op.params).get("stride", 1))
     wi = (sz["w"] - 1) * st + sz["s"]
+    blocked = p.layout == "blocked"
+    weights = (
+        "Wb + (((long)ind_b * SR * SS + ind_e * SS + ind_f) * (CI / BK) + ind_a) * BK * BN"
+        if blocked
+        else "Kw + ((long)(ind_e * SS + ind_f) * CI + ind_a * BK) * KO + ind_b * BN"
+    )
     body = (
         "brgemm(I + ((long)(ind_c * ST + ind_e) * WI + ind_d * BM * ST + ind_f) * CI + ind_a * BK,\n"
-        "       Kw + ((long)(ind_e * SS + ind_f) * CI + ind_a * BK) * KO + ind_b * BN,\n"
+        f"       {weights},\n"
         f"       O + ((long)ind_c * WO + ind_d * BM) * KO + ind_b * BN, {p.c_step});"
     )
     header = (
         f"loop string {candidate.text!r} (PARLOOPER Listing 4, seed 003): conv {dict(sz)} stride {st},\n   "
-        f"bc={p.bc} bk={p.bk} bw={p.bw} c_step={p.c_step}, core {p.core}, mode {ls.mode}"
+        f"bc={p.bc} bk={p.bk} bw={p.bw} c_step={p.c_step}, core {p.core}, mode {ls.mode}, weights {p.layout}"
     )
-    macros = {"BM": p.bw, "BN": p.bk, "BK": p.bc, "LDA": st * sz["c"], "LDB": sz["k"], "LDC": sz["k"],
-              "A_STEP": p.bc, "B_STEP": p.bc * sz["k"], "ST": st, "WI": wi, "WO": sz["w"], "CI": sz["c"],
-              "KO": sz["k"], "SS": sz["s"]}  # fmt: skip
+    ldb = p.bk if blocked else sz["k"]
+    macros = {"BM": p.bw, "BN": p.bk, "BK": p.bc, "LDA": st * sz["c"], "LDB": ldb, "LDC": sz["k"],
+              "A_STEP": p.bc, "B_STEP": p.bc * ldb, "ST": st, "WI": wi, "WO": sz["w"], "CI": sz["c"],
+              "KO": sz["k"], "SR": sz["r"], "SS": sz["s"]}  # fmt: skip
     tensors = (
         "  float *restrict O = tensors[0];\n  const float *restrict I = tensors[1];\n"
         "  const float *restrict Kw = tensors[2];"
     )
-    return _source(header, macros, p.core, ls, generate_nest(ls, specs, body), tensors)
+    src = _source(header, macros, p.core, ls, generate_nest(ls, specs, body),
+                  tensors + (_PACK_WEIGHTS if blocked else ""))  # fmt: skip
+    return replace(src, workspace_bytes=4 * sz["r"] * sz["s"] * sz["c"] * sz["k"]) if blocked else src
 
 
 def enumerate_conv(
@@ -586,7 +619,7 @@ def enumerate_conv(
                     if end <= 6 and all(x in "bcd" for x in grp):
                         texts.append("".join(order[:start]) + "".join(grp).upper() + "".join(order[end:]))
         for step in steps:
-            p = ConvParams(params.bc, params.bk, params.bw, step, params.blocks, params.core)
+            p = ConvParams(params.bc, params.bk, params.bw, step, params.blocks, params.core, params.layout)
             for t in texts:
                 c = conv_candidate(t, p)
                 out.setdefault(c.key, c)

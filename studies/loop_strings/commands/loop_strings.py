@@ -81,7 +81,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
         "--layout",
         choices=lsm.LAYOUTS,
         default="plain",
-        help="GEMM operands: row-major in place, or packed into PARLOOPER's blocked layout inside the call",
+        help="GEMM operands: row-major in place, or packed into PARLOOPER's blocked layout inside the call; "
+        "convolution weights: HWIO in place, or reordered into blocks once per weights buffer",
     )
     p.add_argument("--limit", type=positive_int, default=40, help="enumerated configurations (seeded sample)")
     p.add_argument("--time", default="all", help="all, or the model's top N")
@@ -270,7 +271,7 @@ def conv_main(args: argparse.Namespace) -> None:
     m = machine_mod.detect()
     for name in names:
         sizes, stride, params = lsm.resnet50_layer(name)
-        params = lsm.ConvParams(params.bc, params.bk, params.bw, core=args.core)
+        params = lsm.ConvParams(params.bc, params.bk, params.bw, core=args.core, layout=args.layout)
         cands = lsm.enumerate_conv(sizes, params, parallel=args.threads > 1, limit=args.limit, seed=args.seed)
         libs = baselines(args)
         timing = config.timing(  # the hot group, as harness run's, with this study's repetitions
