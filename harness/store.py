@@ -426,6 +426,13 @@ def write_row(results_dir: Path, row: dict[str, Any], sync: bool = True) -> Path
     return final
 
 
+def write_frame(df: pd.DataFrame, path: Path, sync: bool = True) -> None:
+    """Write ``df`` (without its index) as one parquet file at ``path``, atomically as a row is: a file that
+    others read back after a crash (simulation results, model predictions) is the old one or the new one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _write_atomically(pa.Table.from_pandas(df, preserve_index=False), path, path.stem, sync)
+
+
 def _write_atomically(table: pa.Table, final: Path, tag: str, sync: bool = True) -> None:
     """Write ``table`` to a temp file beside ``final`` (named after ``tag``), fsync it and rename it over
     ``final``, then fsync the directory: a killed writer leaves the old file or the new one, never half."""

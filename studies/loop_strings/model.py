@@ -190,7 +190,7 @@ def rank(
     keep it: a stopped ranking resumes from ``known``, predictions by candidate key, which are not
     simulated again). ``jobs`` > 1 spreads the candidates over that many worker processes; the predictions
     are the same (each candidate's simulation is independent and deterministic)."""
-    known = dict(known or {})
+    known = known or {}
     todo = [c for c in candidates if c.key not in known]
     preds = {c.key: known[c.key] for c in candidates if c.key in known}
     done = len(preds)

@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import nullcontext
@@ -29,7 +27,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from harness import cachesim, workers
+from harness import cachesim, store, workers
 from studies.permutations import kernels as perm
 
 SIM_DIR = "permutations/sim"
@@ -48,18 +46,6 @@ def sim_file(
         sim_dir(results, experiment)
         / f"{layer}-{cfg.name}-{cfg.key}-t{threads}-{ps}-{layout}-cap{cap or 0}.parquet"
     )
-
-
-def _write_atomic(df: pd.DataFrame, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
-    os.close(fd)
-    try:
-        df.to_parquet(tmp, index=False)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 def _sim_one(args: tuple[Any, ...]) -> dict[str, Any]:
@@ -154,11 +140,11 @@ def run_simulations(
                 continue
             other = reuse_from and sim_file(results, reuse_from, name, cfg, t, partial_sums, layout, cap)
             if other and other.exists():
-                _write_atomic(pd.read_parquet(other), path)
+                store.write_frame(pd.read_parquet(other), path)
                 say(f"[{experiment}] {name} {cfg.name} t{t}: simulation reused from {reuse_from}")
                 continue
             df = simulate_layer(name, sizes, cfg, t, cap, layout, partial_sums, pool=pool)
-            _write_atomic(df, path)
+            store.write_frame(df, path)
             simulated += 1
             elapsed = time.monotonic() - start
             left = sum(

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness import cachesim
+from harness import cachesim, store
 from harness.commands import positive_int
 from kernels.baselines import versioned
 from kernels.candidate import Candidate
@@ -198,7 +198,7 @@ def stored_model(
 
 class PartialModel:
     """The predictions of an unfinished ranking, kept every few seconds: a 2048^3 ranking takes over an hour
-    on one core, and a stopped run should not lose it. Written whole (temporary file, then rename)."""
+    on one core, and a stopped run should not lose it. Written whole (:func:`harness.store.write_frame`)."""
 
     EVERY_S = 30.0
 
@@ -230,10 +230,7 @@ class PartialModel:
             self.save()
 
     def save(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        pd.DataFrame(self.rows).to_parquet(tmp, index=False)
-        tmp.replace(self.path)
+        store.write_frame(pd.DataFrame(self.rows), self.path)
         self.saved = time.monotonic()
 
     def finish(self) -> None:
