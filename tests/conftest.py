@@ -23,6 +23,22 @@ def shared_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("cache")
 
 
+@pytest.fixture
+def hidden_library(monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201 - yields the hiding function
+    """``hide(name, lib)``: baseline ``name`` becomes ``lib`` (a library that is not there) for this test
+    only. The probed versions are cached per process, so the cache is cleared on the way in and out: a
+    library hidden here must not stay "not installed" for the next test on this xdist worker."""
+    from kernels import baselines
+
+    def hide(name: str, lib: Any) -> None:
+        monkeypatch.setitem(baselines.BLAS, name, lib)
+        baselines._library_info.cache_clear()
+
+    yield hide
+    monkeypatch.undo()
+    baselines._library_info.cache_clear()
+
+
 def run_candidates(
     candidates: list[Candidate],
     workload: Workload,

@@ -71,29 +71,39 @@ def test_unknown_config_key_is_bad_input(tmp_path: Path) -> None:
     assert len(lines) == 1 and lines[0].startswith("harness: error: Could not override 'no_such_key'"), lines
 
 
-def test_run_stores_checked_rows_and_resumes(tmp_path: Path) -> None:
-    args = [
-        "run",
-        "workload=matmul_192",
-        "space=quick_matmul",
-        "baselines=[]",
-        "experiment=cli_test",
-        f"results_dir={tmp_path}",
-        *FAST,
-    ]
-    first = harness(*args)
+RUN_ARGS = ["workload=matmul_192", "space=quick_matmul", "baselines=[]", "experiment=cli_test", *FAST]
+
+
+@pytest.fixture(scope="module")
+def ran(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One `harness run` of the quick matmul space (5 schemes x 2 variants) into a fresh results
+    directory, read by the three tests below (pytest's --dist loadfile keeps a file on one worker: the run,
+    calibration included, is done once)."""
+    results = tmp_path_factory.mktemp("ran")
+    first = harness("run", *RUN_ARGS, f"results_dir={results}")
     assert first.returncode == 0, first.stderr
-    df = store.load(tmp_path, "cli_test")
+    return results
+
+
+def test_run_stores_checked_rows_and_resumes(ran: Path) -> None:
+    df = store.load(ran, "cli_test")
     # 5 schemes x 2 variants of the space, all legal on matmul_192
     assert len(df) == 10
     assert set(df["status"]) == {"ok"}, df[["label", "status", "reason"]]
     assert df["check_passed"].all()
     for col in ("candidate_key", "source_hash", "compiler_version", "cflags", "machine_fingerprint", "seed"):
         assert df[col].notna().all(), col
-    second = harness(*args)
+    second = harness("run", *RUN_ARGS, f"results_dir={ran}")
     assert second.returncode == 0, second.stderr
     assert "10 candidate(s) already measured, skipped" in second.stderr
-    assert len(store.load(tmp_path, "cli_test")) == 10
+    assert len(store.load(ran, "cli_test")) == 10
+
+
+def test_rows_are_valid_parquet(ran: Path) -> None:
+    files = list((ran / "rows" / "cli_test").glob("*.parquet"))
+    assert len(files) == 10  # one file a row: a crash loses at most the row being written
+    for f in files:
+        assert list(pd.read_parquet(f).columns) == list(store.COLUMNS)
 
 
 def test_multirun_sweeps_an_option(tmp_path: Path) -> None:
@@ -118,21 +128,12 @@ def test_multirun_sweeps_an_option(tmp_path: Path) -> None:
     assert set(df["status"]) == {"ok"}
 
 
-def test_report_command_builds_html(tmp_path: Path) -> None:
-    out = harness(
-        "run",
-        "workload=conv_small_s2",
-        "space=quick_conv",
-        "experiment=rep",
-        f"results_dir={tmp_path}",
-        *FAST,
-    )
-    assert out.returncode == 0, out.stderr
-    rep = harness("report", "--results", str(tmp_path))
+def test_report_command_builds_html(ran: Path) -> None:
+    rep = harness("report", "--results", str(ran))
     assert rep.returncode == 0, rep.stderr
-    html = (tmp_path / "report" / "index.html").read_text()
-    assert "rep" in html and "conv_small_s2" in html
-    assert list((tmp_path / "report" / "figures").glob("*.png"))
+    html = (ran / "report" / "index.html").read_text()
+    assert "cli_test" in html and "matmul_192" in html
+    assert list((ran / "report" / "figures").glob("*.png"))
 
 
 SNAKEMAKE = Path(sys.executable).parent / "snakemake"
@@ -204,21 +205,6 @@ def test_quote_schemes_keeps_other_overrides() -> None:
         "seed=3",
         "-m",
     ]
-
-
-def test_rows_are_valid_parquet(tmp_path: Path) -> None:
-    out = harness(
-        "run",
-        "workload=matmul_small",
-        "scheme=[R_i, R_j, R_k]",
-        "experiment=pq",
-        f"results_dir={tmp_path}",
-        *FAST,
-    )
-    assert out.returncode == 0, out.stderr
-    files = list((tmp_path / "rows" / "pq").glob("*.parquet"))
-    assert len(files) == 1
-    assert list(pd.read_parquet(files[0]).columns) == list(store.COLUMNS)
 
 
 def test_study_commands_time_with_the_timing_group_harness_run_uses() -> None:

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 
 from harness import store
 
@@ -44,6 +45,8 @@ def outcome(results: Path) -> dict[str, tuple[str, bool]]:
     return {r.candidate_key: (r.status, bool(r.check_passed)) for r in df.itertuples()}
 
 
+# five `harness run`s, ~30 s on 2 vCPUs: with -m heavy (CI runs it)
+@pytest.mark.heavy
 def test_kill_9_then_rerun_gives_the_uninterrupted_rows(tmp_path: Path) -> None:
     reference = tmp_path / "reference"
     assert start(reference).wait(timeout=300) == 0

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -78,16 +80,11 @@ def test_the_version_is_part_of_a_baseline_candidates_key() -> None:
 
 
 def test_a_library_not_installed_is_versioned_as_such(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    hidden_library: Callable[[str, Any], None], tmp_path: Path
 ) -> None:
-    gone = dataclasses.replace(BLAS["mkl"], patterns=(str(tmp_path / "libmkl_rt.so*"),))
-    monkeypatch.setitem(baselines.BLAS, "mkl", gone)
-    baselines._library_info.cache_clear()
-    try:
-        assert library_info("mkl").version is None
-        assert versioned(Candidate("baseline", "mkl")).option("version") == "not installed"
-    finally:
-        baselines._library_info.cache_clear()
+    hidden_library("mkl", dataclasses.replace(BLAS["mkl"], patterns=(str(tmp_path / "libmkl_rt.so*"),)))
+    assert library_info("mkl").version is None
+    assert versioned(Candidate("baseline", "mkl")).option("version") == "not installed"
 
 
 def test_measured_rows_carry_library_version_and_source(tmp_path: Path, shared_cache: Path) -> None:
