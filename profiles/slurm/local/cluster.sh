@@ -28,7 +28,11 @@ need_root() {
 
 install_packages() {
   local missing=()
-  for p in "${PACKAGES[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+  # installed means "install ok installed": `dpkg -s` also succeeds for a package removed with its
+  # configuration kept (apt-get remove), whose programs are gone
+  for p in "${PACKAGES[@]}"; do
+    [ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" = "install ok installed" ] || missing+=("$p")
+  done
   [ ${#missing[@]} = 0 ] && return
   command -v apt-get >/dev/null || die "no apt-get: install ${missing[*]} by hand"
   say "installing ${missing[*]}"
