@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,14 +25,17 @@ def shared_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
-def hidden_library(monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201 - yields the hiding function
-    """``hide(name, lib)``: baseline ``name`` becomes ``lib`` (a library that is not there) for this test
-    only. The probed versions are cached per process, so the cache is cleared on the way in and out: a
-    library hidden here must not stay "not installed" for the next test on this xdist worker."""
+def hidden_library(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Callable[[str], None]]:
+    """``hide(name)``: baseline ``name``'s library is looked for where no file is, for this test only. The
+    probed versions are cached per process, so the cache is cleared on the way in and out: a library hidden
+    here must not stay "not installed" for the next test on this xdist worker."""
+    import dataclasses
+
     from kernels import baselines
 
-    def hide(name: str, lib: Any) -> None:
-        monkeypatch.setitem(baselines.BLAS, name, lib)
+    def hide(name: str) -> None:
+        nowhere = (str(tmp_path / "nowhere" / "lib*.so*"),)
+        monkeypatch.setitem(baselines.BLAS, name, dataclasses.replace(baselines.BLAS[name], patterns=nowhere))
         baselines._library_info.cache_clear()
 
     yield hide
