@@ -185,8 +185,10 @@ class Hierarchy:
 
     def load(self, addresses: np.ndarray) -> None:
         if len(addresses):
-            # iterload walks a Python sequence in C; a list converts once, much faster than numpy scalars
-            self.caches[0].backend.iterload(np.asarray(addresses, dtype=np.int64).tolist(), 1)
+            # iterload walks any Python iterable in C: a memoryview of the int64 buffer yields plain ints
+            # without the numpy scalars of an array (slow) or the whole list .tolist() builds first (1.7x
+            # slower than this on 590k addresses)
+            self.caches[0].backend.iterload(memoryview(np.ascontiguousarray(addresses, dtype=np.int64)), 1)
 
     def counts(self) -> dict[str, int]:
         """Cumulative hits per level and memory accesses (``MEM``)."""

@@ -16,12 +16,17 @@ for today's oneDNN.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import os
+import platform
 import re
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 #: Prefix of the probe's answer on its stdout (libraries may print there too, MKL's verbose line does).
@@ -122,7 +127,66 @@ def _mkl_path(stdout: str) -> str:
     return ""
 
 
+#: environment variables that choose a library's code path, so its ``impl`` (MKL_ENABLE_INSTRUCTIONS,
+#: ONEDNN_MAX_CPU_ISA, OPENBLAS_CORETYPE, BLIS_ARCH_TYPE...): part of a cached probe's key
+_CODE_PATH_VARS = ("MKL_", "ONEDNN_", "DNNL_", "OPENBLAS_", "BLIS_")
+
+
+def probe_cache_file() -> Path:
+    """Where probe answers are kept between runs (``$XDG_CACHE_HOME/harness``, else ``~/.cache/harness``)."""
+    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(root) / "harness" / "library-probes.json"
+
+
+def _cpu_identity() -> str:
+    """The first CPU's model and flags: a library's code path follows them (the CPU changes between hosts)."""
+    try:
+        block = Path("/proc/cpuinfo").read_text().split("\n\n", 1)[0]
+    except OSError:
+        return platform.processor()
+    wanted = ("vendor_id", "cpu family", "model", "model name", "stepping", "flags")
+    return "\n".join(ln for ln in block.splitlines() if ln.split(":", 1)[0].strip() in wanted)
+
+
+def probe_key(family: str, path: str, *args: str) -> str:
+    """What a probe's answer depends on: the library file (resolved path, size, modification time), the
+    probe, this CPU, the code-path environment variables and the Python that loads it."""
+    st = os.stat(path)
+    env = sorted((k, v) for k, v in os.environ.items() if k.startswith(_CODE_PATH_VARS))
+    parts = [family, os.path.realpath(path), st.st_size, st.st_mtime_ns, args, _cpu_identity(), env,
+             sys.executable]  # fmt: skip
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:32]
+
+
 def probe(family: str, path: str, *args: str) -> dict[str, str]:
+    """One library's version and code path, {"version": ..., "impl": ...}, or {"error": why}: from the
+    probe cache when nothing it depends on changed (MKL's probe alone takes 0.85 s, and every ``harness
+    run`` with baselines asked again), else from a child process (:func:`run_probe`)."""
+    try:
+        key = probe_key(family, path, *args)
+    except OSError as exc:
+        return {"error": f"probe of {path} failed: {exc}"}
+    cache = probe_cache_file()
+    try:
+        known = json.loads(cache.read_text())
+    except (OSError, ValueError):
+        known = {}
+    if isinstance(known, dict) and isinstance(known.get(key), dict):
+        return dict(known[key])
+    out = run_probe(family, path, *args)
+    if "error" not in out:  # a failure is asked again next time (a library being installed meanwhile)
+        known = known if isinstance(known, dict) else {}
+        known[key] = out
+        # written whole (rename): a reader never sees half a file; two runs writing at once lose one entry
+        with contextlib.suppress(OSError):
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile("w", dir=cache.parent, delete=False, suffix=".tmp") as f:
+                json.dump(known, f, indent=1, sort_keys=True)
+            os.replace(f.name, cache)
+    return out
+
+
+def run_probe(family: str, path: str, *args: str) -> dict[str, str]:
     """Run one library's probe in a child process: {"version": ..., "impl": ...}, or {"error": why}."""
     env = {**os.environ, "MKL_VERBOSE": "1", "OMP_NUM_THREADS": "1"}
     try:

@@ -197,6 +197,29 @@ def test_conv_searches_wait_for_this_machines_microkernel_selection(profile: str
     assert any(f"output: {tmp_path}/done/ttile_fig5_2.txt" in j for j in jobs)
 
 
+def test_a_job_reusing_simulations_runs_after_the_job_that_makes_them() -> None:
+    """``--sim-from E`` reads experiment E's simulations: without an ``after:`` on E's job Snakemake may run
+    it first, and both jobs simulate the same orders (the quick run's -O0 job spent 27 s doing so)."""
+    import yaml
+
+    part = yaml.safe_load((ROOT / "studies" / "permutations" / "catalogue.yaml").read_text())
+    checked = 0
+    for profile, jobs in part["jobs"].items():
+        for name, args in jobs.items():
+            if "--sim-from" not in args:
+                continue
+            source = args[args.index("--sim-from") + 1]
+            makers = [
+                n for n, a in jobs.items()
+                if "--sim-from" not in a and (a[a.index("--experiment") + 1] if "--experiment" in a
+                                              else "permutations") == source
+            ]  # fmt: skip
+            assert makers, (profile, name, source)
+            assert set(makers) & set(part.get("after", {}).get(name, [])), (profile, name, makers)
+            checked += 1
+    assert checked >= 2  # the quick and full -O0 jobs
+
+
 def test_quote_schemes_keeps_other_overrides() -> None:
     from harness.cli import quote_schemes
 

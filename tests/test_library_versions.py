@@ -174,3 +174,37 @@ def test_im2col_on_a_library_gemm_carries_that_librarys_version_in_its_key() -> 
     assert today.label() == plain.label() == "im2col (gemm=openblas)"  # the figures find it by its label
     ours = Candidate("conv_algo", "im2col", (("gemm", "ours"),))
     assert versioned(ours) is ours
+
+
+def test_a_probe_answer_is_kept_until_the_library_cpu_or_code_path_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kernels import library_versions
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("MKL_ENABLE_INSTRUCTIONS", raising=False)
+    lib = tmp_path / "libfake.so"
+    lib.write_bytes(b"a library")
+    calls: list[str] = []
+    answer: dict[str, str] = {}
+
+    def child(family: str, path: str, *args: str) -> dict[str, str]:
+        calls.append(path)
+        return {**answer, "version": f"1.{len(calls)}"} if "error" not in answer else dict(answer)
+
+    monkeypatch.setattr(library_versions, "run_probe", child)
+    probe = library_versions.probe
+    assert probe("mkl", str(lib)) == {"version": "1.1"}
+    assert probe("mkl", str(lib)) == {"version": "1.1"} and len(calls) == 1  # the cached answer
+    assert json.loads(library_versions.probe_cache_file().read_text())  # kept on disk, for the next run
+    monkeypatch.setenv("MKL_ENABLE_INSTRUCTIONS", "AVX2")  # another code path
+    assert probe("mkl", str(lib)) == {"version": "1.2"}
+    lib.write_bytes(b"a new build of the library")
+    assert probe("mkl", str(lib)) == {"version": "1.3"}
+    assert probe("blis", str(lib)) == {"version": "1.4"}  # another probe of the same file
+    answer["error"] = "probe of libfake.so failed"
+    lib.write_bytes(b"a broken build")
+    assert "error" in probe("mkl", str(lib)) and "error" in probe("mkl", str(lib))
+    assert len(calls) == 6  # a failure is asked again
+    lib.unlink()
+    assert "error" in probe("mkl", str(lib))  # a file gone: said, not raised
