@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from harness.sentinel import Sentinel
@@ -88,7 +89,12 @@ def test_the_report_shows_the_sentinel_and_flags_a_run_it_moved_in(
     html = render_report(store.load(tmp_path), tmp_path / "report").read_text()
     assert f"x{min(ratios):.3g} to x{max(ratios):.3g} over {len(ratios)} rows" in html
     assert ("moved more than 10%" in html) == moved
-    assert list((tmp_path / "report" / "figures").glob("*sentinel*.png"))
+    # the readings always as a CSV; a plot of them over time when they moved (a flat line says no more)
+    figures = tmp_path / "report" / "figures"
+    readings = pd.read_csv(next(figures.glob("*sentinel*.csv")))
+    assert sorted(readings["sentinel_ratio"]) == sorted(ratios) and "timestamp" in readings
+    assert bool(list(figures.glob("*sentinel*.png"))) == moved
+    assert ("plot (PNG)" in html) == moved
 
 
 def test_the_cache_probe_catches_what_the_peak_probe_does_not() -> None:
