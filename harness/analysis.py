@@ -272,7 +272,7 @@ def _summary_line(rows: list[dict[str, object]]) -> dict[str, object]:
     perf: dict[str, object] = dict.fromkeys(_PERF_SUMMARY, math.nan)
     perf["n_reps"] = 0
     if times.size:
-        tmin, tmed = float(times.min()), float(np.median(times))
+        tmin, tmed = float(times.min()), store.median(times)
         per_row = [store.round_medians(r) for r in rows]  # the unit is ok: every row
         rounds = [t for row_rounds in per_row for t in row_rounds]
         when = [store.round_times(r) for r in rows]
@@ -280,7 +280,7 @@ def _summary_line(rows: list[dict[str, object]]) -> dict[str, object]:
         if any(len(row_rounds) > 1 for row_rounds in per_row):
             # timed in interleaved rounds: each round weighs the same (store.perf_fields), and the
             # interval is the range of the round medians (for 3 rounds, 75% coverage of the median)
-            tmed, lo, hi = float(np.median(rounds)), float(min(rounds)), float(max(rounds))
+            tmed, lo, hi = store.median(rounds), float(min(rounds)), float(max(rounds))
         else:
             lo, hi = median_ci(times)
         perf.update(
@@ -289,7 +289,8 @@ def _summary_line(rows: list[dict[str, object]]) -> dict[str, object]:
             median_ns=tmed,
             median_ci_low_ns=lo,
             median_ci_high_ns=hi,
-            cov=float(np.std(times, ddof=1) / np.mean(times)) if times.size > 1 else math.nan,
+            # the array's methods: np.std and np.mean's own code, without their wrappers
+            cov=float(times.std(ddof=1) / times.mean()) if times.size > 1 else math.nan,
             round_medians_ns=rounds,
         )
         if flops is not None:

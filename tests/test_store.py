@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 import textwrap
@@ -396,3 +397,18 @@ def test_an_added_table_replaces_stored_rows(tmp_path: Path) -> None:
     assert store.row_files(tmp_path) == [kept]
     df = store.load(tmp_path)
     assert sorted(df["experiment"]) == ["exp1", "exp1", "exp2"] and df["min_ns"].min() == 1.0
+
+
+@pytest.mark.parametrize(
+    "values",
+    [[3.0], [5.0, 1.0], [2.0, 9.0, 4.0, 7.0], [1e9, 1e9 + 1, 3.0, 2.5, 8.0], [], [1.0, math.nan, 2.0]],
+)
+def test_median_is_numpys(values: list[float]) -> None:
+    """The summary's median (store.median, without numpy's wrappers) gives np.median's value, NaN included."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # np.median of nothing warns
+        expected = float(np.median(np.asarray(values, dtype=float)))
+    got = store.median(values)
+    assert (math.isnan(got) and math.isnan(expected)) or got == expected
