@@ -327,12 +327,16 @@ def plugin_modules() -> dict[str, str]:
 
 
 def plugin_commands() -> dict[str, str]:
-    """The plug-in commands and the first line of their docstrings."""
-    import importlib
+    """The plug-in commands and the first line of their docstrings, read from their source: importing
+    every command (numpy, pandas, matplotlib...) made ``harness --help`` take 5.8 s."""
+    import ast
+    import importlib.util
 
     out = {}
     for name, module in plugin_modules().items():
-        doc = importlib.import_module(module).__doc__ or ""
+        spec = importlib.util.find_spec(module)
+        source = Path(spec.origin).read_text() if spec and spec.origin else ""
+        doc = (ast.get_docstring(ast.parse(source)) if source else None) or ""
         out[name] = doc.strip().splitlines()[0] if doc.strip() else ""
     return out
 
