@@ -14,6 +14,16 @@ from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 
 
+class _Pool(ProcessPoolExecutor):
+    """A pool that, left by an exception (a stop the user asked for, a failure), drops the work still
+    queued instead of running it to the end: a stopped 720-order layer otherwise kept both workers busy
+    after the harness had said it stopped."""
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> bool:
+        self.shutdown(wait=True, cancel_futures=exc_type is not None)
+        return False
+
+
 def process_pool(jobs: int, preload: Sequence[str] = ()) -> ProcessPoolExecutor:
     """``jobs`` workers started from a fork server that has imported the ``preload`` modules once (numpy,
     pycachesim: each worker then starts with them loaded)."""
@@ -21,4 +31,4 @@ def process_pool(jobs: int, preload: Sequence[str] = ()) -> ProcessPoolExecutor:
         raise ValueError(f"jobs must be at least 1, got {jobs}")
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(list(preload))
-    return ProcessPoolExecutor(jobs, mp_context=ctx)
+    return _Pool(jobs, mp_context=ctx)

@@ -359,3 +359,33 @@ def test_fig4_3_is_a_heatmap_beyond_a_dozen_layers(tmp_path: Path, monkeypatch: 
     grid = fig.axes[0].images[0].get_array()
     assert grid.shape == (2, 720)
     assert np.allclose(grid[1], curves[1][2]) and np.nanmin(grid) == pytest.approx(1.0)
+
+
+def test_a_stopped_simulation_exits_soon_and_leaves_no_worker_running(tmp_path: Path) -> None:
+    """SIGTERM during a layer's 720 orders: the run stops between results, the pool drops the queued
+    orders, and no worker is left simulating after the harness has said it stopped (two were, at 61% CPU
+    each, before the pool was left with cancel_futures)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    cmd = [sys.executable, "-m", "harness.cli", "permutations", "--layers", "quick-3x3", "--cache", "loki",
+           "--time", "0", "--jobs", "2", "--results", str(tmp_path)]  # fmt: skip
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.Popen(cmd, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    me = psutil.Process(proc.pid)
+    deadline = time.monotonic() + 60
+    while len(me.children(recursive=True)) < 3 and time.monotonic() < deadline:  # fork server + 2 workers
+        time.sleep(0.2)
+    workers = me.children(recursive=True)
+    assert len(workers) >= 3, "the simulation workers never started"
+    time.sleep(1.0)  # inside the layer's orders
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 2 and "stopped by SIGTERM" in err and "stopped where it was" not in err, err
+    _, alive = psutil.wait_procs(workers, timeout=10)
+    assert not alive, [p.cmdline()[:3] for p in alive]
+    assert not list(tmp_path.glob("permutations/sim/*/*.parquet"))  # the unfinished layer is not stored

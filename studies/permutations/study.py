@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import nullcontext
 from pathlib import Path
@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from harness import cachesim, store, workers
+from harness import cachesim, interrupt, store, workers
 from studies.permutations import kernels as perm
 
 SIM_DIR = "permutations/sim"
@@ -62,6 +62,16 @@ def sim_pool(jobs: int) -> ProcessPoolExecutor:
     return workers.process_pool(jobs, [__name__])
 
 
+def _stoppable(results: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The simulations' results, with a stop the user asked for honoured between them (a layer's 720
+    orders take up to minutes; the pool then drops the orders still queued)."""
+    out = []
+    for res in results:
+        interrupt.check()
+        out.append(res)
+    return out
+
+
 def simulate_layer(
     layer: str,
     sizes: Mapping[str, int],
@@ -85,12 +95,12 @@ def simulate_layer(
     sjt_pos = {o: k for k, o in enumerate(perm.sjt())}
     work = [(o, dict(sizes), cfg, threads, cap, layout, partial_sums, seed) for o in orders]
     if pool is not None:
-        results = list(pool.map(_sim_one, work, chunksize=8))
+        results = _stoppable(pool.map(_sim_one, work, chunksize=8))
     elif jobs > 1:
         with sim_pool(jobs) as own:
-            results = list(own.map(_sim_one, work, chunksize=8))
+            results = _stoppable(own.map(_sim_one, work, chunksize=8))
     else:
-        results = [_sim_one(w) for w in work]
+        results = _stoppable(_sim_one(w) for w in work)
     m = machine or machine_mod.detect()
     stamp = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     rows = []
