@@ -20,7 +20,6 @@ import contextlib
 import hashlib
 import json
 import os
-import platform
 import re
 import subprocess
 import sys
@@ -138,22 +137,15 @@ def probe_cache_file() -> Path:
     return Path(root) / "harness" / "library-probes.json"
 
 
-def _cpu_identity() -> str:
-    """The first CPU's model and flags: a library's code path follows them (the CPU changes between hosts)."""
-    try:
-        block = Path("/proc/cpuinfo").read_text().split("\n\n", 1)[0]
-    except OSError:
-        return platform.processor()
-    wanted = ("vendor_id", "cpu family", "model", "model name", "stepping", "flags")
-    return "\n".join(ln for ln in block.splitlines() if ln.split(":", 1)[0].strip() in wanted)
-
-
 def probe_key(family: str, path: str, *args: str) -> str:
     """What a probe's answer depends on: the library file (resolved path, size, modification time), the
-    probe, this CPU, the code-path environment variables and the Python that loads it."""
+    probe, this CPU (its fingerprint, which keys the harness's other per-CPU caches), the code-path
+    environment variables and the Python that loads it."""
+    from harness.machine import detect
+
     st = os.stat(path)
     env = sorted((k, v) for k, v in os.environ.items() if k.startswith(_CODE_PATH_VARS))
-    parts = [family, os.path.realpath(path), st.st_size, st.st_mtime_ns, args, _cpu_identity(), env,
+    parts = [family, os.path.realpath(path), st.st_size, st.st_mtime_ns, args, detect().fingerprint, env,
              sys.executable]  # fmt: skip
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:32]
 
