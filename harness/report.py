@@ -14,6 +14,7 @@ import math
 import os
 import re
 import shutil
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -136,6 +137,11 @@ def render_report(
     return index
 
 
+#: the row columns an experiment's figure reads (:func:`analysis.repetitions`' inputs)
+_FIGURE_INPUTS = (*analysis.GROUP_KEYS, "cpu_model", "label", "candidate_kind", "target", "seed", "flops",
+                  "peak_gflops", "status", "times_ns")  # fmt: skip
+
+
 def _experiment_figure(
     df: pd.DataFrame,
     summary: pd.DataFrame,
@@ -143,21 +149,21 @@ def _experiment_figure(
     fig_dir: Path,
     exp: str,
     fp: str,
+    at: tuple[Any, Any],
 ) -> dict[str, str]:
     """Draw experiment ``exp`` on machine ``fp`` (:func:`experiment_figure.plot`): the baselines and the
-    best candidates of each facet, ranked over every machine of the experiment, with their repetitions."""
-    exp_summary = summary[(summary["experiment"] == exp) & (summary["status"] == "ok")]
-    marked = experiment_figure.mark_shown(exp_summary)
+    best candidates of each facet, ranked over every machine of the experiment, with their repetitions.
+    ``at``: the positions of the experiment's lines in ``df`` and in ``summary``."""
+    rows_at, summary_at = at
+    exp_summary = summary.iloc[summary_at]
+    marked = experiment_figure.mark_shown(exp_summary[exp_summary["status"] == "ok"])
     units = marked[marked["machine_fingerprint"] == fp]
-    # the named units' repetitions only: 23 000 candidates' would be a million lines
+    # the named units' repetitions only (23 000 candidates' would be a million lines), and only the columns
+    # they need: a worker copies each page of df's objects that its selection touches
     named = units[units["shown"]]
-    # one mask, then one take: a worker copies each page of df's objects that its selection touches
-    mine = (
-        (df["experiment"] == exp)
-        & (df["machine_fingerprint"] == fp)
-        & df["candidate_key"].isin(named["candidate_key"])
-    )
-    reps = analysis.repetitions(df[mine], named)
+    rows = df.iloc[rows_at, [df.columns.get_loc(c) for c in _FIGURE_INPUTS if c in df]]
+    rows = rows[(rows["machine_fingerprint"] == fp) & rows["candidate_key"].isin(named["candidate_key"])]
+    reps = analysis.repetitions(rows, named)
     reps["display"] = [names[(exp, k)] for k in reps["candidate_key"]]
     return experiment_figure.plot(reps, units, fig_dir, _stem(exp, fp), exp, fp)
 
@@ -172,17 +178,25 @@ def _experiments(
     """One section per experiment: its tables, and its figures (one per machine) as indices of the calls
     it appends to ``drawings``, which the caller runs."""
     experiments = []
-    for exp in sorted(df["experiment"].dropna().unique()) if not df.empty else []:
-        exp_rows = df[df["experiment"] == exp]
-        exp_summary = summary[summary["experiment"] == exp]
+    # each experiment's positions, found in one pass (a mask per experiment scanned every row 200 times)
+    rows_at = df.groupby("experiment", sort=False).indices if not df.empty else {}
+    summary_at = summary.groupby("experiment", sort=False).indices if not summary.empty else {}
+    # the columns the sections read (provenance, sentinel, sources): a row has about 80
+    wanted = [*PROVENANCE_COLUMNS, *_SENTINEL_COLUMNS, "timestamp", "experiment", "candidate_key", "workload",
+              "target", "source_hash", "status"]  # fmt: skip
+    section_columns = [df.columns.get_loc(c) for c in dict.fromkeys(wanted) if c in df]
+    for exp in sorted(rows_at):
+        exp_rows = df.iloc[rows_at[exp], section_columns]
+        exp_summary = summary.iloc[summary_at[exp]] if exp in summary_at else summary.iloc[:0]
         ok = exp_summary["status"] == "ok"
         marked = experiment_figure.mark_shown(exp_summary[ok]) if ok.any() else exp_summary[ok]
         figures = []
+        at = (rows_at[exp], summary_at.get(exp, []))
         for fp in sorted(marked["machine_fingerprint"].unique()):
             figures.append(len(drawings))
             # the worker finds its rows in df and summary, which it inherits: a call holding its own rows
             # would keep them all in this process until every section is built (650 MB for every archive)
-            drawings.append((_experiment_figure, (df, summary, names, fig_dir, exp, fp)))
+            drawings.append((_experiment_figure, (df, summary, names, fig_dir, exp, fp, at)))
         failed = exp_summary[~ok].sort_values(["machine_fingerprint", "workload", "display"])
         sources = _sources(exp_rows, names)
         experiments.append(
@@ -192,7 +206,7 @@ def _experiments(
                 "counts": unit_counts(exp_summary),
                 "figures": figures,
                 "machines": _summary_by_machine(exp_summary, marked, fig_dir),
-                "failed": _records(failed.head(LISTED)),
+                "failed": _records(failed.head(LISTED).reindex(columns=_TABLE_FIELDS)),
                 "n_failed": len(failed),
                 "failed_csv": _table_csv(failed, fig_dir, exp, "failed"),
                 "provenance": _provenance(exp_rows),
@@ -293,7 +307,17 @@ def _display_labels(summary: pd.DataFrame) -> dict[tuple[str, str], str]:
 
 
 def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
-    return [{k: (None if _isna(v) else v) for k, v in rec.items()} for rec in frame.to_dict("records")]
+    """``frame``'s lines as dicts of plain values, None where missing."""
+    names = list(frame.columns)
+    return [
+        dict(zip(names, line, strict=True)) for line in zip(*(_values(frame[c]) for c in names), strict=True)
+    ]
+
+
+def _values(column: pd.Series) -> list[Any]:
+    """A column's values as Python objects, None where missing (one vectorised test, not one a value)."""
+    missing = column.isna().to_numpy()
+    return [None if m else v for v, m in zip(column.tolist(), missing, strict=True)]
 
 
 def _stem(experiment: str, *details: str) -> str:
@@ -306,7 +330,7 @@ def _stem(experiment: str, *details: str) -> str:
 def _table_csv(frame: pd.DataFrame, fig_dir: Path, experiment: str, *details: str) -> str:
     """Write ``frame`` as the CSV of one of an experiment's tables; its path relative to the report."""
     path = fig_dir / f"{_stem(experiment, *details)}.csv"
-    frame.drop(columns=["round_medians_ns", "round_times"], errors="ignore").to_csv(path, index=False)
+    store.write_csv(frame.drop(columns=["round_medians_ns", "round_times"], errors="ignore"), path)
     return f"{fig_dir.name}/{path.name}"
 
 
@@ -329,7 +353,7 @@ def _summary_by_machine(summary: pd.DataFrame, marked: pd.DataFrame, fig_dir: Pa
             {
                 "fingerprint": fp,
                 "cpu_model": cpu.iloc[0] if len(cpu) else "",
-                "rows": _records(listed.drop(columns="shown", errors="ignore")),
+                "rows": _records(listed.reindex(columns=_TABLE_FIELDS)),
                 "n_units": len(part),
                 "csv": _table_csv(part, fig_dir, part["experiment"].iloc[0], fp, "summary"),
             }
@@ -337,6 +361,15 @@ def _summary_by_machine(summary: pd.DataFrame, marked: pd.DataFrame, fig_dir: Pa
     return out
 
 
+#: the summary fields the page's tables show (every field is in the tables' CSVs)
+_TABLE_FIELDS = [
+    *("display", "candidate_key", "flags", "workload", "timing_mode", "target", "status", "reason"),
+    *("cpu_model", "machine_fingerprint", "flops", "n_reps", "cov", "gflops_median", "pct_peak_min"),
+    *("pct_peak_median", "pct_peak_median_ci_low", "pct_peak_median_ci_high"),
+    *("median_ns", "median_ci_low_ns", "median_ci_high_ns"),
+]
+#: the drift sentinel's two probes (harness/sentinel.py), each a ratio to its first reading
+_SENTINEL_COLUMNS = ("sentinel_ratio", "sentinel_cache_ratio")
 #: the drift sentinel's ratio beyond which an experiment is flagged (sanity.max_peak_drift's default)
 SENTINEL_DRIFT = 0.10
 
@@ -348,7 +381,7 @@ def _sentinel(
     the rows, whether either moved beyond :data:`SENTINEL_DRIFT`, and a plot of both against the time each
     row was written when either moved (a call appended to ``drawings``; 144 plots of flat sentinels took 33
     s of the report of every archive), their readings as a CSV always."""
-    columns = [c for c in ("sentinel_ratio", "sentinel_cache_ratio") if c in rows]
+    columns = [c for c in _SENTINEL_COLUMNS if c in rows]
     if not columns:
         return []
     out = []
@@ -360,7 +393,7 @@ def _sentinel(
         moved = max(abs(lo - 1), abs(hi - 1)) > SENTINEL_DRIFT
         if moved:
             drawings.append((_draw_sentinel, (when, ratios, fig_dir / f"{stem}.png")))
-        ratios.assign(timestamp=when.to_numpy()).to_csv(fig_dir / f"{stem}.csv", index=False)
+        store.write_csv(ratios.assign(timestamp=when.to_numpy()), fig_dir / f"{stem}.csv")
         png = f"figures/{stem}.png" if moved else None
         out.append({"fingerprint": fp, "n": len(part), "lo": lo, "hi": hi, "moved": moved, "png": png,
                     "csv": f"figures/{stem}.csv"})  # fmt: skip
@@ -396,11 +429,25 @@ def _unavailable_text(value: Any) -> str:
 
 def _provenance(rows: pd.DataFrame) -> list[dict[str, Any]]:
     """Distinct build/run settings of an experiment and how many rows used each."""
-    prov = rows[PROVENANCE_COLUMNS].copy()
-    prov["counters_unavailable"] = prov["counters_unavailable"].map(_unavailable_text)
-    prov = prov.astype("object").where(prov.notna(), None)
-    grouped = prov.groupby(PROVENANCE_COLUMNS, dropna=False, sort=True).size().reset_index(name="n_rows")
-    return _records(grouped)
+    # plain tuples counted (pandas' group-by over 15 columns cost 15 s over every archive's experiments)
+    columns = [_values(rows[c]) for c in PROVENANCE_COLUMNS]
+    counts: dict[tuple[Any, ...], int] = {}
+    for key, n in Counter(zip(*columns, strict=True)).items():
+        key = tuple(_unavailable_text(v) if c == "counters_unavailable" else v
+                    for c, v in zip(PROVENANCE_COLUMNS, key, strict=True))  # fmt: skip
+        counts[key] = counts.get(key, 0) + n
+    ordered = sorted(counts, key=lambda key: tuple(_sort_key(v) for v in key))
+    return [{**dict(zip(PROVENANCE_COLUMNS, key, strict=True)), "n_rows": counts[key]} for key in ordered]
+
+
+def _sort_key(value: Any) -> tuple[bool, bool, Any]:
+    """Orders a column's values as a sort would, numbers before text and missing last, without comparing
+    a number with a text."""
+    if value is None:
+        return (True, False, 0)
+    if isinstance(value, bool | int | float):
+        return (False, False, value)
+    return (False, True, str(value))
 
 
 def _sources(rows: pd.DataFrame, names: dict[tuple[str, str], str]) -> pd.DataFrame:

@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.csv as pa_csv
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
@@ -445,6 +446,17 @@ def write_frame(df: pd.DataFrame, path: Path, sync: bool = True) -> None:
     _write_atomically(pa.Table.from_pandas(df, preserve_index=False), path, path.stem, sync)
 
 
+def write_csv(df: pd.DataFrame, path: Path) -> None:
+    """``df`` (without its index) as a CSV file for readers: Arrow's writer, 20x faster than pandas' on a
+    report's tables (7 s -> 0.3 s for every archive's summary), pandas' where Arrow has no CSV form (a
+    list column, mixed Python objects). Both read back alike (pandas.read_csv: the same values)."""
+    try:
+        table = pa.Table.from_pandas(df, preserve_index=False)
+        pa_csv.write_csv(table, str(path), pa_csv.WriteOptions(quoting_style="needed"))
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+        df.to_csv(path, index=False)
+
+
 def _write_atomically(table: pa.Table, final: Path, tag: str, sync: bool = True) -> None:
     """Write ``table`` to a temp file beside ``final`` (named after ``tag``), fsync it and rename it over
     ``final``, then fsync the directory: a killed writer leaves the old file or the new one, never half."""
@@ -732,7 +744,11 @@ def load(results_dir: Path, experiment: str | None = None) -> pd.DataFrame:
     tables = [t for t in found if t is not None]
     if not tables:
         return empty_frame()
-    df = upgrade_legacy(_to_pandas(pa.concat_tables(tables)).reset_index(drop=True))
+    # one chunk a column, not one per experiment: every later selection (a take) over 160 chunks cost 0.2
+    # ms a column, 9 s of the report of every archive
+    whole = pa.concat_tables(tables).combine_chunks()
     del found, tables
+    df = upgrade_legacy(_to_pandas(whole).reset_index(drop=True))
+    del whole
     pa.default_memory_pool().release_unused()  # the tables' buffers, which mimalloc would otherwise keep
     return df

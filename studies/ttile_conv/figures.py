@@ -135,8 +135,9 @@ def _grid(n: int, sharex: bool = False, sharey: bool = False) -> tuple[plt.Figur
         rows, cols, figsize=(3.2 * cols, 2.4 * rows), squeeze=False, sharex=sharex, sharey=sharey
     )
     height, width = fig.get_figheight(), fig.get_figwidth()
-    fig.subplots_adjust(  # margins in inches, for the figure's labels
+    fig.subplots_adjust(  # margins in inches, for the figure's labels (saved as is: tight=False)
         left=0.7 / width,
+        right=1 - 0.15 / width,
         bottom=0.8 / height,
         top=1 - 0.3 / height,
         hspace=0.45,
@@ -176,7 +177,7 @@ def histograms(ctx: FigureContext) -> list[PaperFigure]:
         fig.supxlabel("% of calibrated peak (median of repetitions); bins of 4%")
         fig.supylabel("density")
         table = pd.DataFrame(rows)
-        image, csv = ctx.save(fig, table, f"{name}-{fp}")
+        image, csv = ctx.save(fig, table, f"{name}-{fp}", tight=False)
         medians = table["median"].to_numpy(float)
         ours = float(np.median(medians))
         threshold = float(CLAIMS[name]["paper_numbers"]["median_threshold"])
@@ -224,7 +225,7 @@ def expect_curves(ctx: FigureContext) -> list[PaperFigure]:
         fig.supxlabel("n (number of random candidates, log scale)")
         fig.supylabel("expect(n, τ): % of peak")
         table = pd.DataFrame(rows)
-        image, csv = ctx.save(fig, table, f"{name}-{fp}")
+        image, csv = ctx.save(fig, table, f"{name}-{fp}", tight=False)
         same = table[table["layer"] == meta["layer"]]
         if not same.empty:
             row = same.iloc[0]
@@ -673,7 +674,7 @@ def single_vs_all(ctx: FigureContext) -> list[PaperFigure]:
             return None
         table = pd.DataFrame(rows)
         fig = _survival_grid(samples, "fraction of candidates >= x")
-        image, csv = ctx.save(fig, table, f"{name}-{fp}")
+        image, csv = ctx.save(fig, table, f"{name}-{fp}", tight=False)
         with_forced = table.dropna(subset=["max forced"])
         if not with_forced.empty:
             row = with_forced.iloc[0]
@@ -732,7 +733,7 @@ def divisibility(ctx: FigureContext) -> list[PaperFigure]:
         table = pd.DataFrame(rows)
         table["max gap"] = table["max free"] - table["max divisible"]
         fig = _survival_grid(samples, "fraction of candidates >= x")
-        image, csv = ctx.save(fig, table, f"{name}-{fp}")
+        image, csv = ctx.save(fig, table, f"{name}-{fp}", tight=False)
         gap = float(table["max gap"].abs().median())
         verdict = "reproduced" if gap <= tol else "partial" if gap <= 2 * tol else "differs"
         figures.append(paper_figure(
@@ -775,7 +776,7 @@ def fixed_permutation(ctx: FigureContext) -> list[PaperFigure]:
             continue
         table = pd.DataFrame(rows)
         fig = _survival_grid(samples, "fraction of candidates >= x")
-        image, csv = ctx.save(fig, table, f"{name}-{fp}")
+        image, csv = ctx.save(fig, table, f"{name}-{fp}", tight=False)
         diff = float((table["median fixed"] - table["median searched"]).median())
         higher = int((table["max searched, first n fixed"] > table["max fixed"]).sum())
         figures.append(paper_figure(
