@@ -183,6 +183,49 @@ def test_a_unit_pools_its_rows_in_any_order_and_keeps_the_first_value_of_each_co
     assert json.loads(k["search_runs"]) == [[0, 3], [1, 7]]
 
 
+def test_single_row_units_are_summarised_as_a_unit_of_several_rows_would_be() -> None:
+    """summarize takes most units (one row each) a column at a time: every kind of row (rep counts from 1
+    to 7, interleaved rounds with their times, flags, a search run, a failure, no flops, a NaN time, no peak)
+    gives the line the unit-at-a-time path gives, in the same order, beside units of several rows."""
+    rng = np.random.default_rng(3)
+    rows = []
+    for n in range(1, 8):
+        rows.append(make_row(candidate=f"c{n}", times=list(rng.normal(5e4, 2e3, n))))
+    rounds = make_row(candidate="r", times=list(rng.normal(5e4, 2e3, 9)))
+    stamps = [f"2024-06-01T12:0{m}:00+00:00" for m in range(3)]
+    rounds.update(round_medians_ns=[5.1e4, 4.9e4, 5.0e4], round_times=stamps)
+    flagged = make_row(candidate="f")
+    flagged.update(flags=json.dumps(["busy core", "busy core"]), search_seed=4, search_index=9)
+    no_flops = make_row(candidate="nf")
+    no_flops.update(flops=None)
+    nan_time = make_row(candidate="nan", times=[5e4, 5.2e4, 5.1e4])
+    nan_time["times_ns"] = [5e4, float("nan"), 5.1e4]  # not from a timing, but a store may hold it
+    no_peak = make_row(candidate="np")
+    no_peak.update(peak_gflops=None)
+    rows += [
+        rounds,
+        flagged,
+        no_flops,
+        nan_time,
+        no_peak,
+        make_row(candidate="w", status="wrong", reason="max err"),
+    ]
+    rows += [make_row(candidate="multi", seed=0), make_row(candidate="multi", seed=1, times=[4e4] * 3)]
+    df = frame(rows)
+    summary = analysis.summarize(df)
+    keyed = analysis._keyed(df)
+    records = keyed[[c for c in analysis._SUMMARY_INPUTS if c in keyed]].to_dict("records")
+    by_unit: dict[str, list[dict[str, Any]]] = {}
+    for r in records:
+        by_unit.setdefault(str(r["candidate_key"]), []).append(r)
+    expected = pd.DataFrame(
+        [analysis._summary_line(by_unit[k]) for k in sorted(by_unit)], columns=analysis.SUMMARY_COLUMNS
+    )
+    expected[["n_reps", "n_rows"]] = expected[["n_reps", "n_rows"]].astype("int64")
+    assert analysis._plain(keyed).sum() >= len(rows) - 3  # the column-wise path took the single rows it can
+    pd.testing.assert_frame_equal(summary, expected)
+
+
 def test_summary_keeps_the_candidate_options() -> None:
     """Fig 6.5 tells oneDNN on 1 and on 2 threads apart by the baseline's options (same text)."""
     two = make_row(candidate="lib2", label="onednn", kind="baseline")
