@@ -18,6 +18,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -82,17 +83,18 @@ def render_report(
 
     builder_errors: list[tuple[str, str]] = []
     paper = paper_figure_calls(summary, fig_dir, builder_errors, results_dir)
-    drawings: list[drawing.Call] = []
-    experiments = _experiments(df, summary, names, fig_dir, drawings)
-    # the study figures first: the longest calls (a builder draws all of a study's machines)
-    done = drawing.run([*paper, *drawings], REPORT_WORKERS)
+    sections, drawings, figures_of = _experiment_calls(df, summary, names, fig_dir)
+    # the study figures first: the longest calls (a builder draws all of a study's machines); then each
+    # experiment's figures and its section's tables, built by the same workers
+    done = drawing.run([*paper, *drawings, *sections], REPORT_WORKERS)
     figures = sorted(
         (complete_figure(f, summary) for f in collect_paper_figures(done[: len(paper)], builder_errors)),
         key=lambda f: (f.paper, f.name, f.cpu_model, f.machine),
     )
-    drawn = done[len(paper) :]
-    for experiment in experiments:
-        experiment["figures"] = [drawn[i] for i in experiment["figures"]]
+    drawn = done[len(paper) : len(paper) + len(drawings)]
+    experiments = done[len(paper) + len(drawings) :]
+    for experiment, indices in zip(experiments, figures_of, strict=True):
+        experiment["figures"] = [drawn[i] for i in indices]
 
     env = Environment(
         loader=FileSystemLoader(str(templates_dir)),
@@ -168,55 +170,69 @@ def _experiment_figure(
     return experiment_figure.plot(reps, units, fig_dir, _stem(exp, fp), exp, fp)
 
 
-def _experiments(
+def _experiment_calls(
+    df: pd.DataFrame, summary: pd.DataFrame, names: dict[tuple[str, str], str], fig_dir: Path
+) -> tuple[list[drawing.Call], list[drawing.Call], list[list[int]]]:
+    """The calls that build the report's experiment sections (one per experiment, :func:`_section`) and
+    draw their figures (one per experiment and machine with ok units, :func:`_experiment_figure`), and for
+    each section the indices of its figures among the figure calls. Each call finds its rows in ``df`` and
+    ``summary``, which a worker inherits: a call holding its own rows would keep them all in this process
+    until every section is built (650 MB for every archive)."""
+    # each experiment's positions, found in one pass (a mask per experiment scanned every row 200 times)
+    rows_at = df.groupby("experiment", sort=False).indices if not df.empty else {}
+    summary_at = summary.groupby("experiment", sort=False).indices if not summary.empty else {}
+    ok = summary[summary["status"] == "ok"] if not summary.empty else summary
+    machines = ok.groupby("experiment")["machine_fingerprint"].unique() if not ok.empty else {}
+    sections: list[drawing.Call] = []
+    drawings: list[drawing.Call] = []
+    figures_of: list[list[int]] = []
+    for exp in sorted(rows_at):
+        at = (rows_at[exp], summary_at.get(exp, np.array([], dtype=np.intp)))
+        fps = sorted(machines[exp]) if exp in machines else []
+        figures_of.append(list(range(len(drawings), len(drawings) + len(fps))))
+        drawings += [(_experiment_figure, (df, summary, names, fig_dir, exp, fp, at)) for fp in fps]
+        sections.append((_section, (df, summary, names, fig_dir, exp, at)))
+    return sections, drawings, figures_of
+
+
+#: the row columns an experiment's section reads (provenance, sentinel, sources): a row has about 80
+_SECTION_INPUTS = (*PROVENANCE_COLUMNS, "sentinel_ratio", "sentinel_cache_ratio", "timestamp", "experiment",
+                   "candidate_key", "workload", "target", "source_hash", "status")  # fmt: skip
+
+
+def _section(
     df: pd.DataFrame,
     summary: pd.DataFrame,
     names: dict[tuple[str, str], str],
     fig_dir: Path,
-    drawings: list[drawing.Call],
-) -> list[dict[str, Any]]:
-    """One section per experiment: its tables, and its figures (one per machine) as indices of the calls
-    it appends to ``drawings``, which the caller runs."""
-    experiments = []
-    # each experiment's positions, found in one pass (a mask per experiment scanned every row 200 times)
-    rows_at = df.groupby("experiment", sort=False).indices if not df.empty else {}
-    summary_at = summary.groupby("experiment", sort=False).indices if not summary.empty else {}
-    # the columns the sections read (provenance, sentinel, sources): a row has about 80
-    wanted = [*PROVENANCE_COLUMNS, *_SENTINEL_COLUMNS, "timestamp", "experiment", "candidate_key", "workload",
-              "target", "source_hash", "status"]  # fmt: skip
-    section_columns = [df.columns.get_loc(c) for c in dict.fromkeys(wanted) if c in df]
-    for exp in sorted(rows_at):
-        exp_rows = df.iloc[rows_at[exp], section_columns]
-        exp_summary = summary.iloc[summary_at[exp]] if exp in summary_at else summary.iloc[:0]
-        ok = exp_summary["status"] == "ok"
-        marked = experiment_figure.mark_shown(exp_summary[ok]) if ok.any() else exp_summary[ok]
-        figures = []
-        at = (rows_at[exp], summary_at.get(exp, []))
-        for fp in sorted(marked["machine_fingerprint"].unique()):
-            figures.append(len(drawings))
-            # the worker finds its rows in df and summary, which it inherits: a call holding its own rows
-            # would keep them all in this process until every section is built (650 MB for every archive)
-            drawings.append((_experiment_figure, (df, summary, names, fig_dir, exp, fp, at)))
-        failed = exp_summary[~ok].sort_values(["machine_fingerprint", "workload", "display"])
-        sources = _sources(exp_rows, names)
-        experiments.append(
-            {
-                "name": exp,
-                "anchor": f"exp-{_slug(exp, 80)}",
-                "counts": unit_counts(exp_summary),
-                "figures": figures,
-                "machines": _summary_by_machine(exp_summary, marked, fig_dir),
-                "failed": _records(failed.head(LISTED).reindex(columns=_TABLE_FIELDS)),
-                "n_failed": len(failed),
-                "failed_csv": _table_csv(failed, fig_dir, exp, "failed"),
-                "provenance": _provenance(exp_rows),
-                "sentinel": _sentinel(exp_rows, fig_dir, exp, drawings),
-                "sources": _records(sources.head(LISTED)),
-                "n_sources": len(sources),
-                "sources_csv": _table_csv(sources, fig_dir, exp, "sources"),
-            }
-        )
-    return experiments
+    exp: str,
+    at: tuple[Any, Any],
+) -> dict[str, Any]:
+    """Experiment ``exp``'s section of the page: its unit counts, tables (their CSVs written), provenance
+    and drift sentinel (``at``: its lines' positions in ``df`` and ``summary``). Its ``figures`` are set by
+    the caller."""
+    rows_at, summary_at = at
+    exp_rows = df.iloc[rows_at, [df.columns.get_loc(c) for c in dict.fromkeys(_SECTION_INPUTS) if c in df]]
+    exp_summary = summary.iloc[summary_at]
+    ok = exp_summary["status"] == "ok"
+    marked = experiment_figure.mark_shown(exp_summary[ok]) if ok.any() else exp_summary[ok]
+    failed = exp_summary[~ok].sort_values(["machine_fingerprint", "workload", "display"])
+    sources = _sources(exp_rows, names)
+    return {
+        "name": exp,
+        "anchor": f"exp-{_slug(exp, 80)}",
+        "counts": unit_counts(exp_summary),
+        "figures": [],
+        "machines": _summary_by_machine(exp_summary, marked, fig_dir),
+        "failed": _records(failed.head(LISTED).reindex(columns=_TABLE_FIELDS)),
+        "n_failed": len(failed),
+        "failed_csv": _table_csv(failed, fig_dir, exp, "failed"),
+        "provenance": _provenance(exp_rows),
+        "sentinel": _sentinel(exp_rows, fig_dir, exp),
+        "sources": _records(sources.head(LISTED)),
+        "n_sources": len(sources),
+        "sources_csv": _table_csv(sources, fig_dir, exp, "sources"),
+    }
 
 
 # -- paper figures -------------------------------------------------------------------------------------
@@ -368,20 +384,16 @@ _TABLE_FIELDS = [
     *("pct_peak_median", "pct_peak_median_ci_low", "pct_peak_median_ci_high"),
     *("median_ns", "median_ci_low_ns", "median_ci_high_ns"),
 ]
-#: the drift sentinel's two probes (harness/sentinel.py), each a ratio to its first reading
-_SENTINEL_COLUMNS = ("sentinel_ratio", "sentinel_cache_ratio")
 #: the drift sentinel's ratio beyond which an experiment is flagged (sanity.max_peak_drift's default)
 SENTINEL_DRIFT = 0.10
 
 
-def _sentinel(
-    rows: pd.DataFrame, fig_dir: Path, experiment: str, drawings: list[drawing.Call]
-) -> list[dict[str, Any]]:
+def _sentinel(rows: pd.DataFrame, fig_dir: Path, experiment: str) -> list[dict[str, Any]]:
     """Per machine, the drift sentinel over the run (harness/sentinel.py): the range of its two probes over
     the rows, whether either moved beyond :data:`SENTINEL_DRIFT`, and a plot of both against the time each
-    row was written when either moved (a call appended to ``drawings``; 144 plots of flat sentinels took 33
-    s of the report of every archive), their readings as a CSV always."""
-    columns = [c for c in _SENTINEL_COLUMNS if c in rows]
+    row was written when either moved (144 plots of flat sentinels took 33 s of the report of every
+    archive), their readings as a CSV always."""
+    columns = [c for c in ("sentinel_ratio", "sentinel_cache_ratio") if c in rows]
     if not columns:
         return []
     out = []
@@ -392,7 +404,7 @@ def _sentinel(
         stem = _stem(experiment, str(fp), "sentinel")
         moved = max(abs(lo - 1), abs(hi - 1)) > SENTINEL_DRIFT
         if moved:
-            drawings.append((_draw_sentinel, (when, ratios, fig_dir / f"{stem}.png")))
+            _draw_sentinel(when, ratios, fig_dir / f"{stem}.png")
         store.write_csv(ratios.assign(timestamp=when.to_numpy()), fig_dir / f"{stem}.csv")
         png = f"figures/{stem}.png" if moved else None
         out.append({"fingerprint": fp, "n": len(part), "lo": lo, "hi": hi, "moved": moved, "png": png,
