@@ -73,8 +73,8 @@ restore-measured: $(VENV)/.setup-done
 
 # One report of every archive (results-all/report/index.html): a verdict per paper figure and machine (the
 # verdict matrix at its top), each experiment's figure per machine. The archives are unpacked again only
-# when one of them changed (read and checked in 2 processes): on the 2-vCPU Zen 2, 92 archives, 12 s of
-# unpacking and 2 min 44 s of report.
+# when one of them changed (read and checked in 2 processes): on the 2-vCPU Zen 3, 113 archives, 25 s of
+# unpacking and 2 min 34 s of report (docs/report.md, "Keeping it fast").
 ARCHIVES := $(wildcard reports/measured/*.tar.xz)
 results-all/.restored: $(ARCHIVES) | $(VENV)/.setup-done
 	rm -rf results-all
