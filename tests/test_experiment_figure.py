@@ -87,3 +87,16 @@ def test_the_verdict_matrix_has_a_cell_per_figure_and_machine(tmp_path: Path) ->
     assert (
         verdict_matrix.machine_label("Intel(R) Xeon(R) Processor", "8dabd3baf38c") == "Intel Xeon\n8dabd3ba"
     )
+
+
+def test_the_label_width_estimate_covers_the_drawn_text() -> None:
+    """Axes are placed after their tick labels' estimated width (no layout search): the estimate must not
+    fall short of what Matplotlib draws, or labels would be cut, nor waste much room."""
+    from matplotlib.backends.backend_agg import RendererAgg
+    from matplotlib.font_manager import FontProperties
+
+    renderer = RendererAgg(100, 100, 72)  # 72 dpi: widths in points
+    scheme = "[R_j, λ_seq_i.[(16,6),(12,8)], T_{192,k}, U_{2,j}, V_j] (hoist=False)"
+    for text in ["WWWWWWWW", "iiiiiiii", scheme, "18 other candidates (their medians)", "mkl 2026.2"]:
+        drawn = renderer.get_text_width_height_descent(text, FontProperties(size=8), ismath=False)[0] / 72
+        assert drawn <= experiment_figure._text_inches(text, 8) <= 1.15 * drawn + 0.05, text

@@ -154,6 +154,22 @@ def test_simulation_ranks_and_stores(tmp_path: Path) -> None:
     assert again.drop(columns="experiment").equals(df.drop(columns="experiment"))
 
 
+def test_figures_read_the_simulations_once_until_a_file_changes(tmp_path: Path) -> None:
+    """The seven permutation figures share one read of the simulations per process, and a simulation
+    stored since (a new file, or a file rewritten) is read again."""
+    from harness import cachesim
+    from studies.permutations import figures as fp_mod
+
+    cfg = cachesim.load_config("loki")
+    sizes = {"k": 4, "c": 4, "h": 4, "w": 4, "r": 1, "s": 1}
+    ctx = FigureContext(pd.DataFrame(), tmp_path / "report" / "figures", results_dir=tmp_path)
+    permstudy.run_simulations(tmp_path, "t", {"a": sizes}, [cfg], say=lambda _m: None)
+    first = fp_mod._sim(ctx)
+    assert fp_mod._sim(ctx) is not first and fp_mod._load_sim.cache_info().hits >= 1  # one read, two views
+    permstudy.run_simulations(tmp_path, "t", {"b": sizes}, [cfg], say=lambda _m: None)
+    assert sorted(fp_mod._sim(ctx)["layer"].unique()) == ["a", "b"] and len(first) == 720
+
+
 def test_simulation_workers_give_the_same_rows_and_a_dead_worker_raises(tmp_path: Path) -> None:
     """Two workers (from a fork server, shared by every layer of the call) give the rows one process
     gives; a worker that dies fails the call instead of hanging it."""

@@ -412,3 +412,14 @@ def test_median_is_numpys(values: list[float]) -> None:
         expected = float(np.median(np.asarray(values, dtype=float)))
     got = store.median(values)
     assert (math.isnan(got) and math.isnan(expected)) or got == expected
+
+
+def test_write_csv_reads_back_the_frame_with_or_without_arrow(tmp_path: Path) -> None:
+    """Arrow writes a plain table; a list column (no CSV form in Arrow) falls back to pandas; both read
+    back as the frame they wrote."""
+    plain = pd.DataFrame({"a": [1, 2], "b": ["x, y", None], "c": [0.5, float("nan")], "d": [True, False]})
+    store.write_csv(plain, tmp_path / "plain.csv")
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "plain.csv"), plain, check_dtype=False)
+    listed = plain.assign(e=[[1.0, 2.0], [3.0]])
+    store.write_csv(listed, tmp_path / "listed.csv")
+    assert pd.read_csv(tmp_path / "listed.csv")["e"].tolist() == ["[1.0, 2.0]", "[3.0]"]
