@@ -1,10 +1,12 @@
-"""Where a report's figures are drawn: forked worker processes, or this process when there is one worker.
+"""Where a report's figures and sections are built: forked worker processes, or this process when there is
+one worker.
 
-Matplotlib spends most of a large report's time (the report of every archive draws about 200 figures),
+Matplotlib spends most of a large report's time (the report of every archive draws about 250 figures),
 and it runs in one thread. The calls are listed first and the workers forked after, so each inherits
 the list (nothing but results is pickled) and the parent waits meanwhile: a parent that went on
 building tables beside its forked workers would copy every shared page it writes (the report of every
-archive took 2.9 GB in all, summed over the three processes, that way).
+archive took 2.9 GB in all, summed over the three processes, that way), so the sections' tables are
+calls too.
 """
 
 from __future__ import annotations
