@@ -35,10 +35,16 @@ def _sim(ctx: FigureContext) -> pd.DataFrame:
     return _load_sim(Path(ctx.results_dir), files).copy(deep=False)
 
 
+#: the simulation columns no figure reads (provenance, kept in the stored files): not held in memory,
+#: 150 MB of every archive's simulations in each report worker otherwise
+_UNREAD = ["sizes", "scheme", "cache_key", "cache_desc", "layout", "cap", "cycles_per_thread", "seed",
+           "harness_version", "timestamp"]  # fmt: skip
+
+
 @functools.lru_cache(maxsize=1)
 def _load_sim(results: Path, files: tuple[tuple[str, int, int], ...]) -> pd.DataFrame:
     """``files``: the simulations' paths, times and sizes, so a changed file is read again."""
-    return permstudy.load_sim(results)
+    return permstudy.load_sim(results).drop(columns=_UNREAD, errors="ignore")
 
 
 def _cpu(part: pd.DataFrame) -> pd.DataFrame:
