@@ -292,12 +292,14 @@ def _finite(values: object, at_least: int) -> bool:
     return arr.size >= at_least and bool(np.isfinite(arr).all())
 
 
+def present(column: pd.Series) -> list[object]:
+    """A column's values as Python objects, None where missing (one vectorised test, not one a value)."""
+    return [None if m else v for v, m in zip(column.tolist(), column.isna().to_numpy(), strict=True)]
+
+
 def _present(df: pd.DataFrame, name: str) -> list[object]:
     """A column's values, None where missing (or where the column is absent), as :func:`_first` reads them."""
-    if name not in df:
-        return [None] * len(df)
-    column = df[name]
-    return [None if m else v for v, m in zip(column.tolist(), column.isna().to_numpy(), strict=True)]
+    return present(df[name]) if name in df else [None] * len(df)
 
 
 def _single_row_lines(rows: pd.DataFrame) -> dict[str, list[object]]:
@@ -346,12 +348,9 @@ def _single_row_lines(rows: pd.DataFrame) -> dict[str, list[object]]:
         lo_rank, hi_rank = _median_ranks(count, CI_LEVEL) if count >= 3 else (None, None)
         for k, i in enumerate(idx):
             tmin, tmed = float(ordered[k, 0]), float(medians[k])
-            rm = round_medians[i]
-            rounds = (
-                [float(t) for t in rm] if rm is not None and not isinstance(rm, float) and len(rm) else [tmed]
-            )  # type: ignore[arg-type]
-            rt = round_times[i]
-            if rt is not None and not isinstance(rt, float) and len(rt):  # type: ignore[arg-type]
+            rm, rt = round_medians[i], round_times[i]
+            rounds = [float(t) for t in rm] if _has_values(rm) else [tmed]  # type: ignore[union-attr]
+            if _has_values(rt):
                 when: list[str] | None = [str(t) for t in rt]  # type: ignore[union-attr]
             else:
                 when = [str(stamps[i])] if len(rounds) == 1 and stamps[i] else None

@@ -163,11 +163,17 @@ def _experiment_figure(
     # the named units' repetitions only (23 000 candidates' would be a million lines), and only the columns
     # they need: a worker copies each page of df's objects that its selection touches
     named = units[units["shown"]]
-    rows = df.iloc[rows_at, [df.columns.get_loc(c) for c in _FIGURE_INPUTS if c in df]]
+    rows = _rows(df, rows_at, _FIGURE_INPUTS)
     rows = rows[(rows["machine_fingerprint"] == fp) & rows["candidate_key"].isin(named["candidate_key"])]
     reps = analysis.repetitions(rows, named)
     reps["display"] = [names[(exp, k)] for k in reps["candidate_key"]]
     return experiment_figure.plot(reps, units, fig_dir, _stem(exp, fp), exp, fp)
+
+
+def _rows(df: pd.DataFrame, positions: Any, columns: tuple[str, ...]) -> pd.DataFrame:
+    """``df``'s lines at ``positions``, only the ``columns`` it has (a row has about 80: a take of every
+    column copies what a worker would not read)."""
+    return df.iloc[positions, [df.columns.get_loc(c) for c in dict.fromkeys(columns) if c in df]]
 
 
 def _experiment_calls(
@@ -212,7 +218,7 @@ def _section(
     and drift sentinel (``at``: its lines' positions in ``df`` and ``summary``). Its ``figures`` are set by
     the caller."""
     rows_at, summary_at = at
-    exp_rows = df.iloc[rows_at, [df.columns.get_loc(c) for c in dict.fromkeys(_SECTION_INPUTS) if c in df]]
+    exp_rows = _rows(df, rows_at, _SECTION_INPUTS)
     exp_summary = summary.iloc[summary_at]
     ok = exp_summary["status"] == "ok"
     marked = experiment_figure.mark_shown(exp_summary[ok]) if ok.any() else exp_summary[ok]
@@ -325,15 +331,8 @@ def _display_labels(summary: pd.DataFrame) -> dict[tuple[str, str], str]:
 def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
     """``frame``'s lines as dicts of plain values, None where missing."""
     names = list(frame.columns)
-    return [
-        dict(zip(names, line, strict=True)) for line in zip(*(_values(frame[c]) for c in names), strict=True)
-    ]
-
-
-def _values(column: pd.Series) -> list[Any]:
-    """A column's values as Python objects, None where missing (one vectorised test, not one a value)."""
-    missing = column.isna().to_numpy()
-    return [None if m else v for v, m in zip(column.tolist(), missing, strict=True)]
+    lines = zip(*(analysis.present(frame[c]) for c in names), strict=True)
+    return [dict(zip(names, line, strict=True)) for line in lines]
 
 
 def _stem(experiment: str, *details: str) -> str:
@@ -442,7 +441,7 @@ def _unavailable_text(value: Any) -> str:
 def _provenance(rows: pd.DataFrame) -> list[dict[str, Any]]:
     """Distinct build/run settings of an experiment and how many rows used each."""
     # plain tuples counted (pandas' group-by over 15 columns cost 15 s over every archive's experiments)
-    columns = [_values(rows[c]) for c in PROVENANCE_COLUMNS]
+    columns = [analysis.present(rows[c]) for c in PROVENANCE_COLUMNS]
     counts: dict[tuple[Any, ...], int] = {}
     for key, n in Counter(zip(*columns, strict=True)).items():
         key = tuple(_unavailable_text(v) if c == "counters_unavailable" else v

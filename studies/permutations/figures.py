@@ -31,7 +31,8 @@ def _sim(ctx: FigureContext) -> pd.DataFrame:
     """Every stored simulation, read once per process while the files stay the same: seven figures read
     them (6 s each over every archive), and a report's worker builds several."""
     base = Path(ctx.results_dir) / permstudy.SIM_DIR
-    files = tuple((str(f), f.stat().st_mtime_ns, f.stat().st_size) for f in sorted(base.rglob("*.parquet")))
+    stats = [(f, f.stat()) for f in sorted(base.rglob("*.parquet"))]
+    files = tuple((str(f), st.st_mtime_ns, st.st_size) for f, st in stats)
     return _load_sim(Path(ctx.results_dir), files).copy(deep=False)
 
 
