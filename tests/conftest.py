@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -13,6 +15,10 @@ from harness.experiment import Experiment, run_experiment
 from harness.machine import detect
 from harness.run import TimingConfig
 from kernels.candidate import Candidate, Workload
+
+# The precompiled <immintrin.h> (harness.build) shared by every test, worker and run: most tests build in a
+# cache of their own, and the header is keyed by flags and compiler, so sharing it changes no build
+os.environ.setdefault("HARNESS_PCH_DIR", str(Path(tempfile.gettempdir()) / f"harness-pch-{os.getuid()}"))
 
 FAST_TIMING = TimingConfig(mode="hot", warmup=0, min_reps=1, max_reps=1, max_seconds=1.0)
 HOST_TARGET = detect().best_isa or "avx2"

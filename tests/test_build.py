@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from harness.build import BuildResult, CompilerConfig, build, build_many, compile_only, isa_flags
+from harness.build import (
+    PCH_ENV,
+    BuildResult,
+    CompilerConfig,
+    build,
+    build_many,
+    compile_only,
+    isa_flags,
+    kernel_flags,
+    pch_include,
+)
 from kernels.candidate import KernelSource
 
 SCALE = """
@@ -77,3 +88,53 @@ def test_isa_flags() -> None:
     assert isa_flags("any") == ()
     with pytest.raises(ValueError, match="unknown ISA"):
         isa_flags("neon")
+
+
+# -- the precompiled <immintrin.h> -------------------------------------------------------------------------
+AVX2 = AVX512.replace("512", "256")
+
+
+def _stripped(so: Path, out: Path) -> bytes:
+    """The shared object without its symbol table (which names the temporary source file of each build)."""
+    subprocess.run(["strip", "-o", str(out), str(so)], check=True)
+    return out.read_bytes()
+
+
+def test_the_precompiled_header_changes_no_build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(PCH_ENV, str(tmp_path / "pch"))
+    with_pch = build(KernelSource(AVX2, "avx2"), CompilerConfig(), tmp_path / "a")
+    flags = kernel_flags(KernelSource(AVX2, "avx2"), CompilerConfig())
+    args = pch_include("gcc", flags, AVX2, None)
+    assert args and args[0] == "-include" and Path(args[1] + ".gch").exists()  # built once, then used
+    assert len(list((tmp_path / "pch").rglob("*.gch"))) == 1 and not list((tmp_path / "pch").rglob("*.tmp"))
+    assert pch_include("gcc", [*flags, "-ffp-contract=off"], AVX2, None) != args  # keyed by the flags
+    monkeypatch.setenv(PCH_ENV, "off")
+    assert pch_include("gcc", flags, AVX2, None) == []
+    without = build(KernelSource(AVX2, "avx2"), CompilerConfig(), tmp_path / "b")
+    assert with_pch.ok and without.ok and with_pch.flags == without.flags  # recorded flags say nothing of it
+    assert with_pch.so_path.name == without.so_path.name  # the same cache key
+    assert _stripped(with_pch.so_path, tmp_path / "1.so") == _stripped(without.so_path, tmp_path / "2.so")
+
+
+def test_the_precompiled_header_goes_where_it_applies(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(PCH_ENV, raising=False)
+    flags = ["-O3", "-march=x86-64-v3", "-fPIC", "-shared"]
+    assert pch_include("gcc", flags, AVX2, tmp_path)[1].startswith(str(tmp_path / "pch"))  # the cache's
+    assert pch_include("gcc", flags, SCALE, tmp_path) == []  # no intrinsics: nothing to gain
+    assert pch_include("gcc", flags, "#define _GNU_SOURCE\n" + AVX2, tmp_path) == []  # must come first
+    assert pch_include("gcc", flags, "/* a\n b */\n// c\n" + AVX2, tmp_path)  # comments may
+    assert pch_include("gcc", flags, AVX2, None) == []  # no cache, no $HARNESS_PCH_DIR
+    assert pch_include("clang", flags, AVX2, tmp_path) == []  # gcc's format only
+
+
+def test_an_unreadable_precompiled_header_is_dropped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(PCH_ENV, str(tmp_path / "pch"))
+    flags = kernel_flags(KernelSource(AVX2, "avx2"), CompilerConfig())
+    gch = Path(pch_include("gcc", flags, AVX2, None)[1] + ".gch")
+    gch.write_bytes(gch.read_bytes()[:100_000])  # truncated: gcc stops with "cannot read PCH file"
+    res = build(KernelSource(AVX2, "avx2"), CompilerConfig(), tmp_path / "cache")
+    assert res.ok, res.error
+    assert not gch.exists()  # removed, so the next build makes a whole one
+    assert pch_include("gcc", flags, AVX2, None) and gch.stat().st_size > 100_000
