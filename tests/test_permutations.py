@@ -152,6 +152,10 @@ def test_simulation_ranks_and_stores(tmp_path: Path) -> None:
     assert "reused from t" in msgs[0]
     again = permstudy.load_sim(tmp_path, "t-O0")
     assert again.drop(columns="experiment").equals(df.drop(columns="experiment"))
+    both = permstudy.load_sim(tmp_path, drop=["cycles", "no_such_column"])  # every experiment, fewer columns
+    assert len(both) == 1440 and sorted(set(both["experiment"])) == ["t", "t-O0"]
+    assert "cycles" not in both and list(both.index) == list(range(1440))
+    assert both[both["experiment"] == "t"].reset_index(drop=True).equals(df.drop(columns="cycles"))
 
 
 def test_figures_read_the_simulations_once_until_a_file_changes(tmp_path: Path) -> None:

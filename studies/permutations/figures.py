@@ -45,7 +45,7 @@ _UNREAD = ["sizes", "scheme", "cache_key", "cache_desc", "layout", "cap", "cycle
 @functools.lru_cache(maxsize=1)
 def _load_sim(results: Path, files: tuple[tuple[str, int, int], ...]) -> pd.DataFrame:
     """``files``: the simulations' paths, times and sizes, so a changed file is read again."""
-    return permstudy.load_sim(results).drop(columns=_UNREAD, errors="ignore")
+    return permstudy.load_sim(results, drop=_UNREAD)
 
 
 def _cpu(part: pd.DataFrame) -> pd.DataFrame:

@@ -27,6 +27,8 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from harness import cachesim, interrupt, store, workers
 from studies.permutations import kernels as perm
@@ -170,17 +172,22 @@ def run_simulations(
     return paths
 
 
-def load_sim(results: Path, experiment: str | None = None) -> pd.DataFrame:
+def load_sim(results: Path, experiment: str | None = None, drop: Sequence[str] = ()) -> pd.DataFrame:
+    """Every stored simulation (of ``experiment``, or all), with its folder as ``experiment``; the columns
+    ``drop`` are not kept. The files are joined as Arrow tables and converted once: a frame per file and
+    their concatenation left ~70 MB of freed heap in each process of the report of every archive."""
     base = Path(results) / SIM_DIR
     files = sorted((base / experiment if experiment else base).rglob("*.parquet")) if base.exists() else []
     if not files:
         return pd.DataFrame()
-    frames = []
+    tables = []
     for f in files:
-        df = pd.read_parquet(f)
-        df["experiment"] = f.parent.name
-        frames.append(df)
-    return pd.concat(frames, ignore_index=True)
+        t = pq.read_table(f)
+        t = t.drop_columns([c for c in drop if c in t.column_names])
+        tables.append(t.append_column("experiment", pa.array([f.parent.name] * t.num_rows, pa.string())))
+    whole = pa.concat_tables(tables, promote_options="permissive").combine_chunks()
+    del tables
+    return whole.to_pandas().reset_index(drop=True)
 
 
 # -- timing through the standard pipeline ---------------------------------------------------------------
