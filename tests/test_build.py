@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -100,17 +101,31 @@ def _stripped(so: Path, out: Path) -> bytes:
     return out.read_bytes()
 
 
-def test_the_precompiled_header_changes_no_build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(("cc", "suffix"), [("gcc", ".gch"), ("clang", ".pch")])
+def test_the_precompiled_header_changes_no_build(
+    cc: str, suffix: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not shutil.which(cc):
+        pytest.skip(f"{cc} is not installed")
     monkeypatch.setenv(PCH_ENV, str(tmp_path / "pch"))
-    with_pch = build(KernelSource(AVX2, "avx2"), CompilerConfig(), tmp_path / "a")
-    flags = kernel_flags(KernelSource(AVX2, "avx2"), CompilerConfig())
-    args = pch_include("gcc", flags, AVX2, None)
-    assert args and args[0] == "-include" and Path(args[1] + ".gch").exists()  # built once, then used
-    assert len(list((tmp_path / "pch").rglob("*.gch"))) == 1 and not list((tmp_path / "pch").rglob("*.tmp"))
-    assert pch_include("gcc", [*flags, "-ffp-contract=off"], AVX2, None) != args  # keyed by the flags
+    compiler = CompilerConfig(cc=cc)
+    with_pch = build(KernelSource(AVX2, "avx2"), compiler, tmp_path / "a")
+    flags = kernel_flags(KernelSource(AVX2, "avx2"), compiler)
+    args = pch_include(cc, flags, AVX2, None)
+    assert args and args[0] == "-include" and Path(args[1] + suffix).exists()  # built once, then used
+    assert len(list((tmp_path / "pch").rglob(f"*{suffix}"))) == 1 and not list(
+        (tmp_path / "pch").rglob("*.tmp")
+    )
+    assert pch_include(cc, [*flags, "-ffp-contract=off"], AVX2, None) != args  # keyed by the flags
+    if cc == "gcc":  # gcc -H marks a precompiled header it used with "!"
+        src = tmp_path / "k.c"
+        src.write_text(AVX2)
+        shown = subprocess.run([cc, *flags, *args, "-H", str(src), "-o", str(tmp_path / "k.so")],
+                               capture_output=True, text=True, check=True).stderr  # fmt: skip
+        assert f"! {args[1]}.gch" in shown
     monkeypatch.setenv(PCH_ENV, "off")
-    assert pch_include("gcc", flags, AVX2, None) == []
-    without = build(KernelSource(AVX2, "avx2"), CompilerConfig(), tmp_path / "b")
+    assert pch_include(cc, flags, AVX2, None) == []
+    without = build(KernelSource(AVX2, "avx2"), compiler, tmp_path / "b")
     assert with_pch.ok and without.ok and with_pch.flags == without.flags  # recorded flags say nothing of it
     assert with_pch.so_path.name == without.so_path.name  # the same cache key
     assert _stripped(with_pch.so_path, tmp_path / "1.so") == _stripped(without.so_path, tmp_path / "2.so")
@@ -126,15 +141,24 @@ def test_the_precompiled_header_goes_where_it_applies(
     assert pch_include("gcc", flags, "#define _GNU_SOURCE\n" + AVX2, tmp_path) == []  # must come first
     assert pch_include("gcc", flags, "/* a\n b */\n// c\n" + AVX2, tmp_path)  # comments may
     assert pch_include("gcc", flags, AVX2, None) == []  # no cache, no $HARNESS_PCH_DIR
-    assert pch_include("clang", flags, AVX2, tmp_path) == []  # gcc's format only
+    if shutil.which("clang"):  # clang's own format, beside gcc's
+        clang = pch_include("clang", flags, AVX2, tmp_path)
+        assert clang and Path(clang[1] + ".pch").exists() and not Path(clang[1] + ".gch").exists()
+    assert pch_include("no-such-compiler", flags, AVX2, tmp_path) == []
 
 
-def test_an_unreadable_precompiled_header_is_dropped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(("cc", "suffix"), [("gcc", ".gch"), ("clang", ".pch")])
+def test_an_unreadable_precompiled_header_is_dropped(
+    cc: str, suffix: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not shutil.which(cc):
+        pytest.skip(f"{cc} is not installed")
     monkeypatch.setenv(PCH_ENV, str(tmp_path / "pch"))
-    flags = kernel_flags(KernelSource(AVX2, "avx2"), CompilerConfig())
-    gch = Path(pch_include("gcc", flags, AVX2, None)[1] + ".gch")
-    gch.write_bytes(gch.read_bytes()[:100_000])  # truncated: gcc stops with "cannot read PCH file"
-    res = build(KernelSource(AVX2, "avx2"), CompilerConfig(), tmp_path / "cache")
+    compiler = CompilerConfig(cc=cc)
+    flags = kernel_flags(KernelSource(AVX2, "avx2"), compiler)
+    pch = Path(pch_include(cc, flags, AVX2, None)[1] + suffix)
+    pch.write_bytes(pch.read_bytes()[:100_000])  # truncated: the compiler stops ("cannot read PCH file")
+    res = build(KernelSource(AVX2, "avx2"), compiler, tmp_path / "cache")
     assert res.ok, res.error
-    assert not gch.exists()  # removed, so the next build makes a whole one
-    assert pch_include("gcc", flags, AVX2, None) and gch.stat().st_size > 100_000
+    assert not pch.exists()  # removed, so the next build makes a whole one
+    assert pch_include(cc, flags, AVX2, None) and pch.stat().st_size > 100_000
