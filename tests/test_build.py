@@ -101,16 +101,24 @@ def _stripped(so: Path, out: Path) -> bytes:
     return out.read_bytes()
 
 
-@pytest.mark.parametrize(("cc", "suffix"), [("gcc", ".gch"), ("clang", ".pch")])
-def test_the_precompiled_header_changes_no_build(
-    cc: str, suffix: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture(params=[("gcc", ".gch"), ("clang", ".pch")], ids=["gcc", "clang"])
+def pch_compiler(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> tuple[str, str, CompilerConfig, list[str]]:
+    """(compiler, its header suffix, its config, a kernel's flags), headers kept in tmp_path/pch."""
+    cc, suffix = request.param
     if not shutil.which(cc):
         pytest.skip(f"{cc} is not installed")
     monkeypatch.setenv(PCH_ENV, str(tmp_path / "pch"))
     compiler = CompilerConfig(cc=cc)
+    return cc, suffix, compiler, kernel_flags(KernelSource(AVX2, "avx2"), compiler)
+
+
+def test_the_precompiled_header_changes_no_build(
+    pch_compiler: tuple[str, str, CompilerConfig, list[str]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cc, suffix, compiler, flags = pch_compiler
     with_pch = build(KernelSource(AVX2, "avx2"), compiler, tmp_path / "a")
-    flags = kernel_flags(KernelSource(AVX2, "avx2"), compiler)
     args = pch_include(cc, flags, AVX2, None)
     assert args and args[0] == "-include" and Path(args[1] + suffix).exists()  # built once, then used
     assert len(list((tmp_path / "pch").rglob(f"*{suffix}"))) == 1 and not list(
@@ -147,15 +155,10 @@ def test_the_precompiled_header_goes_where_it_applies(
     assert pch_include("no-such-compiler", flags, AVX2, tmp_path) == []
 
 
-@pytest.mark.parametrize(("cc", "suffix"), [("gcc", ".gch"), ("clang", ".pch")])
 def test_an_unreadable_precompiled_header_is_dropped(
-    cc: str, suffix: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    pch_compiler: tuple[str, str, CompilerConfig, list[str]], tmp_path: Path
 ) -> None:
-    if not shutil.which(cc):
-        pytest.skip(f"{cc} is not installed")
-    monkeypatch.setenv(PCH_ENV, str(tmp_path / "pch"))
-    compiler = CompilerConfig(cc=cc)
-    flags = kernel_flags(KernelSource(AVX2, "avx2"), compiler)
+    cc, suffix, compiler, flags = pch_compiler
     pch = Path(pch_include(cc, flags, AVX2, None)[1] + suffix)
     pch.write_bytes(pch.read_bytes()[:100_000])  # truncated: the compiler stops ("cannot read PCH file")
     res = build(KernelSource(AVX2, "avx2"), compiler, tmp_path / "cache")
