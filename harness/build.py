@@ -4,9 +4,9 @@ Compilation only needs the ISA's *flags*, never the CPU: AVX-512 kernels are bui
 compile) on AVX2-only hosts too; only running them needs the hardware.
 
 Parsing ``<immintrin.h>`` is ~90% of gcc's time on a generated kernel (0.6 of 0.7 s on a Zen 3), so gcc gets
-it precompiled, once per flag set (``-include`` of a header whose ``.gch`` sits beside it; clang's
-``.pch`` the same way: 1.2 -> 0.4 s): the shared
-object is byte for byte the one built without it, so neither the cache key nor the recorded flags say so.
+it precompiled, once per flag set (``-include`` of a header whose ``.gch`` sits beside it; clang's ``.pch``
+the same way: 1.2 -> 0.4 s): the shared object is the one built without it (stripped, byte for byte), so
+neither the cache key nor the recorded flags say so.
 """
 
 from __future__ import annotations
@@ -42,9 +42,9 @@ PCH_INCLUDE = "#include <immintrin.h>"
 # only a source whose first line of code is that include: ``-include`` then changes nothing (a source that
 # defines _GNU_SOURCE first, as the driver does, would lose what it asked of the C library's headers)
 _PCH_FIRST = re.compile(r"(?:\s|/\*.*?\*/|//[^\n]*)*" + re.escape(PCH_INCLUDE) + r"\s", re.S)
-_LINK_ONLY = ("-shared", "-c", "-S")
+_LINK_ONLY = ("-shared", "-c", "-S")  # what a header's compilation must not be given
 # what gcc and clang say of a precompiled header they cannot read (cut short, say)
-_UNREADABLE = ("PCH file", "precompiled header", "AST file")  # what a header's compilation must not be given
+_UNREADABLE = ("PCH file", "precompiled header", "AST file")
 _pch_lock = threading.Lock()  # build_many's threads: one of them builds a missing header, the rest wait
 
 
@@ -166,7 +166,8 @@ def _compile(
     cmd_head: list[str], code: str, cmd_tail: list[str], out: Path, workdir: Path, pch: Sequence[str] = ()
 ) -> str | None:
     """Run the compiler on ``code`` (with the precompiled header ``pch`` if given); None on success, else
-    the stderr tail. A precompiled header gcc cannot read is removed and the source compiled without it."""
+    the stderr tail. A precompiled header the compiler cannot read is removed and the source compiled
+    without it."""
     error = _compile_once([*cmd_head, *pch], code, cmd_tail, out, workdir)
     if error is not None and pch and any(m in error for m in _UNREADABLE):
         for suffix in (".gch", ".pch"):
