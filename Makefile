@@ -3,7 +3,9 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
-UV := $(VENV)/bin/uv pip
+# --compile-bytecode: as pip does. Without it, where PYTHONDONTWRITEBYTECODE is set (as on our VMs) every
+# process compiled its imports again: a `harness` start took 5-6 s instead of 2.4, make quick 13:42.
+UV := $(VENV)/bin/uv pip install -q --compile-bytecode --python $(PY)
 APT_PACKAGES := gcc clang libopenblas-dev libpapi-dev libblis-dev libxsmm-dev libdnnl-dev chromium poppler-utils valgrind
 JOBS ?= 2
 
@@ -25,11 +27,11 @@ $(VENV)/.setup-done: pyproject.toml
 	  fi; \
 	else echo "not root: skipping Debian packages ($(APT_PACKAGES)); missing baselines are reported as unavailable"; fi
 	test -x $(PY) || python3 -m venv $(VENV)
-	@# uv (Astral's installer) resolves and installs the same versions as pip (pip freeze compared) in 18 s
-	@# from a cold cache where pip took 79 s from a warm one (2-vCPU Zen 3): a minute of every first
-	@# `make quick`. pip does it when uv cannot (an index only pip is configured for: uv reads no pip.conf).
+	@# uv (Astral's installer) resolves and installs the same versions as pip (pip freeze compared) in 31 s
+	@# where pip took 79 s with a warm cache (2-vCPU Zen 3): most of a minute of every first `make quick`.
+	@# pip does it when uv cannot (an index only pip is configured for: uv reads no pip.conf).
 	@# One resolution and one editable build with both extras (two installs built the project twice).
-	$(PIP) install -q uv && $(UV) install -q --python $(PY) -e '.[dev,baselines]' || \
+	$(PIP) install -q uv && $(UV) -e '.[dev,baselines]' || \
 	$(PIP) install -q -e '.[dev,baselines]' || { \
 	  echo "today's libraries (oneDNN 3, OpenBLAS, MKL) not installable here: reported as unavailable"; \
 	  $(PIP) install -q -e '.[dev]'; }
@@ -42,7 +44,7 @@ torch: setup
 
 # Apache TVM (the full profile's TVM bars and auto-tuner curve, tests/test_tvm.py): `make tvm`
 tvm: setup
-	$(UV) install -q --python $(PY) -e '.[tvm]' || $(PIP) install -q -e '.[tvm]' || echo "TVM not installable here: the tvm baseline will be reported as unavailable"
+	$(UV) -e '.[tvm]' || $(PIP) install -q -e '.[tvm]' || echo "TVM not installable here: the tvm baseline will be reported as unavailable"
 
 # The quick reproduction: a handful of matmul and conv schemes plus library baselines, then the report.
 quick: setup
