@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import allocation
-from harness.config import CONF_DIR, ROOT
+from harness.config import CONF_DIR, ROOT, register_resolvers, target_isa
 
 SWEEPS_DIR = ROOT / "sweeps"  # multirun presets: `harness run -m +sweeps=NAME` (conf/sweeps links here)
 COMMANDS = ("run", "show", "calibrate", "report", "export", "microkernels")
@@ -121,13 +121,12 @@ def build_experiment(cfg: Any) -> Any:
     from harness.search import SearchConfig
     from kernels.space import space_candidates
 
+    register_resolvers()
     c = OmegaConf.to_container(cfg, resolve=True)
     assert isinstance(c, dict)
     workload = workload_of(c)
     m = machine_mod.detect()
-    target = c["target"]
-    if target == "auto":
-        target = m.best_isa or "avx2"
+    target = target_isa(c["target"])
     if target not in ("avx2", "avx512"):
         raise UsageError(f"target must be auto, avx2 or avx512, got {target!r}")
     _check_choices(c)

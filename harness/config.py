@@ -14,11 +14,30 @@ ROOT = Path(__file__).resolve().parent.parent
 CONF_DIR = Path(os.environ.get("HARNESS_CONF", ROOT / "conf"))
 
 
+def target_isa(target: str) -> str:
+    """The ISA a run generates code for: ``target`` itself, or this CPU's best for ``auto``."""
+    if target != "auto":
+        return target
+    from harness import machine
+
+    return machine.detect().best_isa or "avx2"
+
+
+def register_resolvers() -> None:
+    """``${isa:${target}}`` in a config: the ISA of :func:`target_isa`, so a space keeps what differs per
+    ISA (register tiles: 16 vector registers on AVX2, 32 on AVX-512) as data, picked by the target, and a
+    user's override of the key still wins (conf/space/gemm_tuned.yaml)."""
+    from omegaconf import OmegaConf
+
+    OmegaConf.register_new_resolver("isa", target_isa, replace=True)
+
+
 def composed(overrides: list[str]) -> dict[str, Any]:
     """The default config with ``overrides``, as ``harness run`` composes it, resolved to plain data."""
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
+    register_resolvers()
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         c = OmegaConf.to_container(compose("config", overrides=overrides), resolve=True)
     assert isinstance(c, dict)

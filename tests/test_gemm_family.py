@@ -377,6 +377,38 @@ def test_isa_matmul_tiles_are_sized_for_each_register_file(isa: str) -> None:
     assert max(accumulators) == regs * 3 // 4 and all(a <= regs * 3 // 4 for a in accumulators)
 
 
+@pytest.mark.parametrize("isa", ["avx2", "avx512"])
+@pytest.mark.parametrize(
+    ("space", "workload"), [("gemm_tuned", "gemm_rn50_t02"), ("gemm_squares", "gemm_square_1000")]
+)
+def test_issue33_spaces_take_the_target_isas_tiles(space: str, workload: str, isa: str) -> None:
+    """``${isa:${target}}`` picks the target ISA's register tiles (conf/space/gemm_*.yaml ``tiles_by_isa``):
+    every tuned tile fits its register file (AVX-512's 6 x 64 needs 48 of AVX2's 16 registers), and a
+    user's override of the tiles still wins."""
+    from omegaconf import OmegaConf
+
+    from harness.config import composed, target_isa
+
+    tiles = composed([f"space={space}", f"target={isa}"])["space"]["tiles_by_isa"][isa]
+    wanted = {tuple(t) for group in (tiles.values() if isinstance(tiles, dict) else [tiles]) for t in group}
+    OmegaConf.clear_resolver("isa")  # harness run registers it itself (build_experiment), not composed()
+    cands = compose_candidates(f"space={space}", f"workload={workload}", f"target={isa}")
+    lanes, regs = vector_lanes(isa), register_count(isa)
+    found = set()
+    for c in cands:
+        if c.kind == "scheme" and (m := re.search(r"U_\{(\d+),i\}, U_\{(\d+),j\}, V_j\]", c.text)):
+            mr, nr = int(m[1]), int(m[2]) * lanes
+            assert registers_needed("B3A2C0", mr, nr, 1, lanes) <= regs, c.text
+            found.add((mr, nr))
+    assert wanted <= found  # every tile of the ISA is in the space (the paper's default tile besides)
+    assert target_isa("auto") == (detect().best_isa or "avx2") and target_isa(isa) == isa
+    key = "wide" if space == "gemm_tuned" else "tiles"
+    mine = compose_candidates(
+        f"space={space}", f"workload={workload}", f"target={isa}", f"space.{key}=[[2,{2 * lanes}]]"
+    )
+    assert any("U_{2,i}, U_{2,j}, V_j]" in c.text for c in mine)
+
+
 def test_space_configs_compose() -> None:
     # openblas and openblas-0.3.21, blis, mkl, onednn and onednn-2.6, torch (unavailable ones become
     # unsupported rows, not errors)
