@@ -63,8 +63,8 @@ QUICK_CAP = 24  # microkernels in the quick subset
 # Hot and fast: a microkernel call lasts about a microsecond, so many repetitions cost milliseconds; the
 # median of up to 2000 samples is what selection reads. A sample times 16 calls back to back (pyperf's
 # "loops": a value well above the clock's own cost and jitter). Measured on a noisy Zen 3, five quick
-# microkernels, one call vs 16 a sample, interleaved (3 rounds, twice): the median's CoV 0.4-2.5% vs
-# 0.2-0.6%, the mean median 73-80% vs 79-90% of peak (rows: reports/measured/bench/*microkernels*).
+# microkernels, one call vs 16 a sample, interleaved (3 rounds, in two sessions): the median's CoV 0.5-4.6%
+# vs 0.2-0.6%, the mean median 73-80% vs 78-90% of peak (rows: reports/measured/bench/*microkernels*).
 BENCH_TIMING = TimingConfig(
     mode="hot", warmup=20, min_reps=100, max_reps=2000, rel_ci=0.002, max_seconds=0.3, batch=16
 )
