@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from harness.check import CheckConfig
@@ -618,6 +619,32 @@ def test_headline_pairs_interleaved_rounds(tmp_path: Path) -> None:
     assert (line["ratio min"], line["ratio max"]) == pytest.approx((0.95, 1.1), abs=1e-3)
     assert "1 judged workloads timed in 2 interleaved rounds" in fig.measured
     assert "on 1 the rounds disagree" in fig.measured
+
+
+def test_headline_pairs_rounds_by_time_as_versus_does(tmp_path: Path) -> None:
+    """The library timed in one more round than ours (a round re-timed while the host was slow): the
+    figure pairs each of our rounds with the library's nearest in time, as `harness versus` does, instead
+    of giving up on unequal counts (the Zen 3's t02 was 6 of 7 "in every round" by the figure and 7 by
+    versus before they paired alike)."""
+    from harness.analysis import summarize
+    from harness.commands.versus import versus
+    from tests.test_report import FLOPS
+
+    def at(*minutes: int) -> list[str]:
+        return [f"2026-11-29T20:{m:02d}:00+00:00" for m in minutes]
+
+    rows = fig_rows("gemm_family", [
+        ("gemm_rn50_t02_b1", "scheme", scheme_label("A3B2C0", 6, 16), 40.0),
+        ("gemm_rn50_t02_b1", "baseline", "openblas", 39.0),
+    ])  # fmt: skip
+    rows[0]["round_medians_ns"], rows[0]["round_times"] = [FLOPS / 44.0, FLOPS / 38.0], at(0, 20)
+    rows[1]["round_medians_ns"] = [FLOPS / 40.0, FLOPS / 50.0, FLOPS / 40.0]
+    rows[1]["round_times"] = at(1, 10, 21)
+    (fig,) = figures_of(rows, tmp_path, "gemm_headline")
+    (line,) = [r for r in fig.table if "ratio min" in r]
+    assert (line["ratio min"], line["ratio max"]) == pytest.approx((0.95, 1.1), abs=1e-3)
+    (command,) = versus(summarize(pd.DataFrame(rows)), ("openblas",)).to_dict("records")
+    assert (command["round_ratio_low"], command["round_ratio_high"]) == pytest.approx((0.95, 1.1), abs=1e-3)
 
 
 @pytest.mark.parametrize(("slow", "verdict", "won"), [(50.0, "reproduced", 2), (40.0, "partial", 1)])

@@ -71,6 +71,9 @@ def frame(summary: pd.DataFrame, experiment: str) -> pd.DataFrame:
             # the library's name without its version ("blis 0.9.0" -> "blis"), for comparisons by name
             "lib": label.split()[0] if r["candidate_kind"] == "baseline" else None,
             "rounds": r.get("round_medians_ns"),
+            # when each round ran: a ratio pairs each of our rounds with the library's nearest in time, as
+            # `harness versus` does (analysis.round_ratio), so the figure and the command count alike
+            "round times": r.get("round_times"),
         }
         if r["candidate_kind"] == "scheme":
             info = identify(text, LANES.get(str(r["target"]), 8)) or {}
@@ -105,10 +108,17 @@ def _libs_best(part: pd.DataFrame) -> pd.DataFrame:
     """Per workload, the best library (name and GFLOP/s)."""
     libs = part[part["kind"] == "baseline"]
     if libs.empty:
-        return pd.DataFrame(columns=["workload", "best library", "library GFLOP/s", "library rounds"])
+        return pd.DataFrame(
+            columns=["workload", "best library", "library GFLOP/s", "library rounds", "library round times"]
+        )
     best = libs.loc[libs.groupby("workload")["gflops"].idxmax()]
-    return best[["workload", "library", "gflops", "rounds"]].rename(
-        columns={"library": "best library", "gflops": "library GFLOP/s", "rounds": "library rounds"}
+    return best[["workload", "library", "gflops", "rounds", "round times"]].rename(
+        columns={
+            "library": "best library",
+            "gflops": "library GFLOP/s",
+            "rounds": "library rounds",
+            "round times": "library round times",
+        }
     )
 
 
@@ -136,7 +146,14 @@ def _network(table: pd.DataFrame) -> str:
 def _round_ratios(table: pd.DataFrame) -> pd.DataFrame:
     """Columns ``ratio min`` / ``ratio max``: the ratio ours / library round by round, when both were
     timed in interleaved rounds (timing.rounds > 1), else NaN; ``rounds``: how many."""
-    spans = [round_ratio(a, b) for a, b in zip(table["rounds"], table["library rounds"], strict=True)]
+    times = zip(
+        table["rounds"],
+        table["library rounds"],
+        table.get("round times", pd.Series(None, index=table.index)),
+        table.get("library round times", pd.Series(None, index=table.index)),
+        strict=True,
+    )
+    spans = [round_ratio(a, b, ta, tb) for a, b, ta, tb in times]
     n = [n_rounds(a) for a in table["rounds"]]
     return table.assign(
         **{
@@ -144,7 +161,7 @@ def _round_ratios(table: pd.DataFrame) -> pd.DataFrame:
             "ratio max": [hi if k > 1 else math.nan for (_, _, hi), k in zip(spans, n, strict=True)],
             "rounds": n,
         }
-    ).drop(columns=["library rounds"])
+    ).drop(columns=["library rounds", "round times", "library round times"], errors="ignore")
 
 
 def _occupancy(table: pd.DataFrame, best: pd.DataFrame, fp: str) -> None:
@@ -258,7 +275,9 @@ def fig16(ctx: FigureContext) -> list[PaperFigure]:
         best = ours.loc[ours.groupby("workload")["gflops"].idxmax()]
         best = best.assign(kernel=[f"{int(a)}x{int(b)}" for a, b in zip(best["mr"], best["nr"], strict=True)])
         table = best[["workload", "layer_type", "layers", "kernel", "gflops", "pct"]].merge(
-            _libs_best(part).drop(columns=["library rounds"]), on="workload", how="left"
+            _libs_best(part).drop(columns=["library rounds", "library round times"]),
+            on="workload",
+            how="left",
         )
         table["ratio"] = table["gflops"] / table["library GFLOP/s"]
         table["blis GFLOP/s"] = table["workload"].map(_blis(part))
@@ -494,7 +513,8 @@ def headline(ctx: FigureContext) -> list[PaperFigure]:
         if ours.empty:
             return None
         best = ours.loc[ours.groupby("workload")["gflops"].idxmax()]
-        table = best[["workload", "square", "layer_type", "layers", "variant", "gflops", "pct", "rounds"]]
+        cols = ["workload", "square", "layer_type", "layers", "variant", "gflops", "pct", "rounds"]
+        table = best[[*cols, "round times"]]
         table = table.merge(_libs_best(part), on="workload", how="left")
         table["ratio"] = table["gflops"] / table["library GFLOP/s"]
         table = _round_ratios(table)
@@ -606,6 +626,7 @@ def _beyond(ctx: FigureContext, name: str) -> list[PaperFigure]:
                 continue
             best = pick.loc[pick.groupby("workload")["gflops"].idxmax()]
             keep = ["workload", "square", "layer_type", "layers", "flops", "label", "gflops", "pct", "rounds"]
+            keep.append("round times")
             t = best[keep]
             t = t.merge(libs, on="workload", how="left")
             t["ratio"] = t["gflops"] / t["library GFLOP/s"]
