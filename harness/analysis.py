@@ -146,24 +146,29 @@ def round_ratio(
     """Speed of A over speed of B round by round (B's time / A's time): (median, min, max) over the pairs.
     Rounds of one run are interleaved, so a slow minute of the host slows both sides of a pair.
 
-    With the rounds' times (``round_times``) each round of A is paired with B's round nearest in time, if
-    within :data:`PAIR_WINDOW_S` (a baseline re-timed beside every confirmation of a growing search has
-    more rounds than any one candidate); without them rounds are paired in order and must be as many.
+    As many rounds on both sides (the passes of one run): paired in order, the k-th with the k-th, when
+    each such pair is within :data:`PAIR_WINDOW_S` or the times are not known. Otherwise, with the rounds'
+    times (``round_times``), each round of A is paired with B's round nearest in time, if within the
+    window (a baseline re-timed beside every confirmation of a growing search has more rounds than any
+    one candidate). Not nearest-in-time for equal counts: a pass visits its candidates in a new order each
+    time, so A's second round can fall nearer B's first than B's second (the Zen 4's t01 of 2026-11-29:
+    paired by time, two of our three rounds met the library's slow first one, x1.16 for x1.03).
     NaNs when nothing pairs."""
     a = np.asarray(rounds_a if rounds_a is not None else [], dtype=float)
     b = np.asarray(rounds_b if rounds_b is not None else [], dtype=float)
     ta, tb = _seconds(times_a, a.size), _seconds(times_b, b.size)
-    if ta is not None and tb is not None and a.size and b.size:
+    timed = ta is not None and tb is not None
+    if a.size and a.size == b.size and (not timed or (np.abs(ta - tb) <= PAIR_WINDOW_S).all()):
+        ratios = b / a
+    elif timed and a.size and b.size:
         gap = np.abs(ta[:, None] - tb[None, :])
         nearest = gap.argmin(axis=1)
         close = gap[np.arange(a.size), nearest] <= PAIR_WINDOW_S
         if not close.any():
             return math.nan, math.nan, math.nan
         ratios = b[nearest[close]] / a[close]
-    elif a.size == 0 or a.size != b.size:
-        return math.nan, math.nan, math.nan
     else:
-        ratios = b / a
+        return math.nan, math.nan, math.nan
     return float(np.median(ratios)), float(ratios.min()), float(ratios.max())
 
 

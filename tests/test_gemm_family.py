@@ -624,8 +624,9 @@ def test_headline_pairs_interleaved_rounds(tmp_path: Path) -> None:
 def test_headline_pairs_rounds_by_time_as_versus_does(tmp_path: Path) -> None:
     """The library timed in one more round than ours (a round re-timed while the host was slow): the
     figure pairs each of our rounds with the library's nearest in time, as `harness versus` does, instead
-    of giving up on unequal counts (the Zen 3's t02 was 6 of 7 "in every round" by the figure and 7 by
-    versus before they paired alike)."""
+    of giving up on unequal counts (analysis.round_ratio: one rule for both; the figure once paired in
+    order only, versus by time only, and the Zen 3's t02 was 6 of 7 "in every round" by one, 7 by the
+    other)."""
     from harness.analysis import summarize
     from harness.commands.versus import versus
     from tests.test_report import FLOPS

@@ -355,6 +355,26 @@ def test_round_ratio_pairs_rounds_by_time_when_their_times_are_known() -> None:
     assert list(s["round_times"]) == at(0, 60)
 
 
+def test_round_ratio_pairs_the_passes_of_one_run_in_order_even_when_another_round_is_nearer() -> None:
+    """The Zen 4's t01 of 2026-11-29 (gemm_tuned): a pass times its candidates in a new order, so our
+    second round (38:48) fell nearer the library's first (37:46, a slow 403 ms) than its second (39:55).
+    Three rounds each: paired pass by pass, not two of ours against the library's slow round."""
+
+    def at(*clock: str) -> list[str]:
+        return [f"2026-11-29T21:{c}+00:00" for c in clock]
+
+    ours, lib = [346.7, 339.7, 363.2], [403.3, 348.7, 351.4]
+    med, lo, hi = analysis.round_ratio(
+        ours, lib, at("36:44", "38:48", "43:47"), at("37:46", "39:55", "41:58")
+    )
+    assert (med, lo, hi) == pytest.approx((348.7 / 339.7, 351.4 / 363.2, 403.3 / 346.7))
+    # the same rounds, one pair more than PAIR_WINDOW_S apart: not one run's passes, paired by time
+    far = analysis.round_ratio(ours, lib, at("36:44", "38:48", "59:00"), at("37:46", "39:55", "41:58"))
+    # (our third round, 17 minutes from every library round, is left out)
+    two = [403.3 / 346.7, 403.3 / 339.7]
+    assert far == pytest.approx((sum(two) / 2, *two))
+
+
 def test_a_noisy_round_with_many_repetitions_does_not_outweigh_the_others() -> None:
     # round 1 ran on a noisy host to 50 repetitions, rounds 2 and 3 converged in 5: pooled, the slow round
     # would be the median; each round weighs the same instead
