@@ -71,8 +71,8 @@ def frame(summary: pd.DataFrame, experiment: str) -> pd.DataFrame:
             # the library's name without its version ("blis 0.9.0" -> "blis"), for comparisons by name
             "lib": label.split()[0] if r["candidate_kind"] == "baseline" else None,
             "rounds": r.get("round_medians_ns"),
-            # when each round ran: a ratio pairs each of our rounds with the library's nearest in time, as
-            # `harness versus` does (analysis.round_ratio), so the figure and the command count alike
+            # when each round ran, for analysis.round_ratio (the rule `harness versus` uses too: one run's
+            # passes in order, nearest in time when the counts differ), so the figure and the command agree
             "round times": r.get("round_times"),
         }
         if r["candidate_kind"] == "scheme":
@@ -146,14 +146,8 @@ def _network(table: pd.DataFrame) -> str:
 def _round_ratios(table: pd.DataFrame) -> pd.DataFrame:
     """Columns ``ratio min`` / ``ratio max``: the ratio ours / library round by round, when both were
     timed in interleaved rounds (timing.rounds > 1), else NaN; ``rounds``: how many."""
-    times = zip(
-        table["rounds"],
-        table["library rounds"],
-        table.get("round times", pd.Series(None, index=table.index)),
-        table.get("library round times", pd.Series(None, index=table.index)),
-        strict=True,
-    )
-    spans = [round_ratio(a, b, ta, tb) for a, b, ta, tb in times]
+    sides = ["rounds", "library rounds", "round times", "library round times"]
+    spans = [round_ratio(a, b, ta, tb) for a, b, ta, tb in table[sides].itertuples(index=False)]
     n = [n_rounds(a) for a in table["rounds"]]
     return table.assign(
         **{
@@ -161,7 +155,7 @@ def _round_ratios(table: pd.DataFrame) -> pd.DataFrame:
             "ratio max": [hi if k > 1 else math.nan for (_, _, hi), k in zip(spans, n, strict=True)],
             "rounds": n,
         }
-    ).drop(columns=["library rounds", "round times", "library round times"], errors="ignore")
+    ).drop(columns=["library rounds", "round times", "library round times"])
 
 
 def _occupancy(table: pd.DataFrame, best: pd.DataFrame, fp: str) -> None:
@@ -625,8 +619,8 @@ def _beyond(ctx: FigureContext, name: str) -> list[PaperFigure]:
             if pick.empty:
                 continue
             best = pick.loc[pick.groupby("workload")["gflops"].idxmax()]
-            keep = ["workload", "square", "layer_type", "layers", "flops", "label", "gflops", "pct", "rounds"]
-            keep.append("round times")
+            keep = ["workload", "square", "layer_type", "layers", "flops", "label", "gflops", "pct"]
+            keep += ["rounds", "round times"]
             t = best[keep]
             t = t.merge(libs, on="workload", how="left")
             t["ratio"] = t["gflops"] / t["library GFLOP/s"]
