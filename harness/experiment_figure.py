@@ -125,7 +125,11 @@ def _per_candidate(reps: pd.DataFrame, units: pd.DataFrame) -> Figure:
         max((_text_inches(t, 8) for row in labels for t in row[j]), default=0.5) for j in range(len(modes))
     ]
     heights = [0.3 * max(max(len(f), 1) for f in row) + 0.3 for row in labels]
-    fig, axes = _grid(heights, label_inches, axes_inches=4.2, row_gap=0.75)
+    legend = [*(f"{k}: one timed repetition" for k in palette), "median"]
+    ncols = _legend_columns(legend, _columns(label_inches, 4.2, False)[1])
+    fig, axes = _grid(
+        heights, label_inches, axes_inches=4.2, row_gap=0.75, legend_rows=-(-len(legend) // ncols)
+    )
     xmax = _xmax(units["pct_peak_median"].combine(units["pct_peak_min"], max))
     reps_by_unit = {
         key: part["pct_peak"].to_numpy()
@@ -181,7 +185,7 @@ def _per_candidate(reps: pd.DataFrame, units: pd.DataFrame) -> Figure:
         for k in palette
     ]
     handles.append(Line2D([], [], marker="D", linestyle="none", color="black", label="median"))
-    fig.legend(handles=handles, loc="lower center", ncols=len(handles), fontsize=8, frameon=False)
+    fig.legend(handles=handles, loc="lower center", ncols=ncols, fontsize=8, frameon=False)
     return fig
 
 
@@ -202,14 +206,16 @@ def _per_workload(units: pd.DataFrame) -> Figure:
     markers = dict(zip(refs, ["o", "s", "^", "v", "P", "X", "<", ">", "h", "p"] * 3, strict=False))
     colours = dict(zip(refs, sns.color_palette("deep", max(len(refs), 1)), strict=False))
     label_inches = max(_text_inches(str(w), 8) for w in workloads)
-    legend_rows = -(-(2 + len(refs)) // 5)  # the legend below: best, box, then each baseline, 5 a line
+    n = units.loc[~units["candidate_kind"].isin(REFERENCE_KINDS), "candidate_key"].nunique()
+    legend = ["best candidate", f"box: the medians of {n} candidates", *refs]
+    ncols = _legend_columns(legend, _columns([label_inches] * len(modes), 6.5, True)[1])
     fig, grid = _grid(
         [0.34 * len(workloads) + 0.2],
         [label_inches] * len(modes),
         6.5,
         0.0,
         sharey=True,
-        legend_rows=legend_rows,
+        legend_rows=-(-len(legend) // ncols),
     )
     axes = grid[0]
     xmax = _xmax(units["pct_peak_median"])
@@ -241,7 +247,6 @@ def _per_workload(units: pd.DataFrame) -> Figure:
             )
         ax.set_yticks(range(len(workloads)), workloads, fontsize=8)
         ax.set_ylim(len(workloads) - 0.5, -0.5)
-    n = units.loc[~units["candidate_kind"].isin(REFERENCE_KINDS), "candidate_key"].nunique()
     handles = [
         Line2D([], [], marker="*", markersize=10, linestyle="none", color="black", label="best candidate"),
         Line2D(
@@ -251,11 +256,11 @@ def _per_workload(units: pd.DataFrame) -> Figure:
             markersize=10,
             linestyle="none",
             color="0.5",
-            label=f"box: the medians of {n} candidates",
+            label=legend[1],
         ),
         *[Line2D([], [], marker=markers[r], linestyle="none", color=colours[r], label=r) for r in refs],
     ]
-    fig.legend(handles=handles, loc="lower center", ncols=min(len(handles), 5), fontsize=8, frameon=False)
+    fig.legend(handles=handles, loc="lower center", ncols=ncols, fontsize=8, frameon=False)
     return fig
 
 
@@ -295,9 +300,8 @@ def _grid(
     tick labels' width: computed, not searched (constrained layout measured every tick label several
     times, 40% of a figure's time in the report of every archive). ``sharey``: one y axis per row, labelled
     in the first column only; ``legend_rows``: the figure legend's lines, below the last row's x axis."""
-    top, bottom, right, pad = 0.6, 0.6 + 0.22 * legend_rows, 0.3, 0.15
-    lefts = [label_inches[0] + pad] + [0.25 if sharey else w + pad for w in label_inches[1:]]
-    width = sum(lefts) + axes_inches * len(lefts) + right
+    top, bottom = 0.6, 0.6 + 0.22 * legend_rows
+    lefts, width = _columns(label_inches, axes_inches, sharey)
     height = top + sum(heights) + row_gap * (len(heights) - 1) + bottom
     fig = Figure(figsize=(width, height))
     FigureCanvasAgg(fig)
@@ -317,6 +321,30 @@ def _grid(
         axes.append(row)
         y -= h + row_gap
     return fig, axes
+
+
+def _columns(label_inches: list[float], axes_inches: float, sharey: bool) -> tuple[list[float], float]:
+    """The left margin before each column of axes (its tick labels' width), and the figure's width."""
+    right, pad = 0.3, 0.15
+    lefts = [label_inches[0] + pad] + [0.25 if sharey else w + pad for w in label_inches[1:]]
+    return lefts, sum(lefts) + axes_inches * len(lefts) + right
+
+
+def _legend_columns(labels: list[str], width: float, size: float = 8, most: int = 5) -> int:
+    """The most legend columns (up to ``most``) whose entries fit on a figure ``width`` inches wide, as
+    Matplotlib lays them out: entries split into columns in order, each column as wide as its widest
+    entry (handle 2 em, gap 0.8 em, text), columns 2 em apart. A legend wider than its figure ran off both
+    edges."""
+    em = size / 72
+    entry = [_text_inches(t, size) + 2.8 * em for t in labels]
+    for n in range(min(most, len(labels)), 1, -1):
+        rows, big = divmod(len(labels), n)
+        sizes = [rows + 1] * big + [rows] * (n - big)
+        starts = np.cumsum([0, *sizes])
+        widths = [max(entry[a:b]) for a, b in zip(starts[:-1], starts[1:], strict=True)]
+        if sum(widths) + 2 * em * (n - 1) + 2 * em <= width:
+            return n
+    return 1
 
 
 @functools.cache

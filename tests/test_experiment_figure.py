@@ -100,3 +100,24 @@ def test_the_label_width_estimate_covers_the_drawn_text() -> None:
     for text in ["WWWWWWWW", "iiiiiiii", scheme, "18 other candidates (their medians)", "mkl 2026.2"]:
         drawn = renderer.get_text_width_height_descent(text, FontProperties(size=8), ismath=False)[0] / 72
         assert drawn <= experiment_figure._text_inches(text, 8) <= 1.15 * drawn + 0.05, text
+
+
+def test_the_legend_stays_inside_a_narrow_figure() -> None:
+    """A figure as narrow as its short tick labels and one facet still holds its legend: in one line of
+    five entries it ran off both edges (a per-candidate figure with four kinds of candidates)."""
+    kinds = ["scheme", "baseline", "conv_algo", "loop_string"]
+    rows = [
+        make_row(candidate=f"k{i}", label=f"c{i}", kind=kind, workload="w", experiment="narrow",
+                 times=[40_000.0 + 1000 * i] * 5)
+        for i, kind in enumerate(kinds)
+    ]  # fmt: skip
+    units = experiment_figure.mark_shown(_units(rows))
+    reps = analysis.repetitions(frame(rows)).assign(display=lambda r: r["label"])
+    fig = experiment_figure._per_candidate(reps, units)
+    fig.canvas.draw()
+    (legend,) = fig.legends
+    box, page = legend.get_window_extent(), fig.bbox
+    assert box.x0 >= page.x0 and box.x1 <= page.x1 and box.y0 >= page.y0
+    assert legend._ncols < len(kinds) + 1  # it had to wrap
+    axes_bottom = min(ax.get_window_extent().y0 for ax in fig.axes)
+    assert box.y1 < axes_bottom  # below the x axis, not over it

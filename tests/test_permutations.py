@@ -272,6 +272,42 @@ def test_spearman_pairs_each_timed_experiment_with_its_own_simulations() -> None
     assert rho["permutations"] == pytest.approx(1.0) and rho["permutations-O0"] == pytest.approx(-1.0)
 
 
+def test_a_simulation_resumed_on_another_host_makes_one_figure(tmp_path: Path) -> None:
+    """Table 4.3 ran 39 of its simulations on a Zen 3 and 69 on a Zen 4: a named cache configuration's
+    simulation does not depend on the host, so the experiment is one figure (under the host that ran most
+    of it, or that timed its orders), while rows of the ``host`` configuration keep their own machine."""
+    from harness import cachesim
+    from studies.permutations import figures as fp_mod
+
+    sizes = {"k": 4, "c": 4, "h": 4, "w": 4, "r": 1, "s": 1}
+    layers = {name: {**sizes, "k": k} for name, k in (("a", 4), ("b", 8), ("c", 12))}
+    permstudy.run_simulations(tmp_path, "t", layers, [cachesim.load_config("loki")], say=lambda _m: None)
+    here = str(permstudy.load_sim(tmp_path, "t")["machine_fingerprint"].iloc[0])
+    (moved,) = (tmp_path / permstudy.SIM_DIR / "t").glob("a-*.parquet")  # layer a, as if another host ran it
+    table = pd.read_parquet(moved).assign(machine_fingerprint="feedface0000", cpu_model="other cpu")
+    table.to_parquet(moved)
+    sim = permstudy.load_sim(tmp_path, "t")
+    assert sim["machine_fingerprint"].nunique() == 2  # what the figures grouped by before
+
+    out = tmp_path / "report" / "figures"
+    out.mkdir(parents=True)
+    (fig,) = fp_mod.pairs(FigureContext(pd.DataFrame(), out, results_dir=tmp_path))
+    assert fig.machine == here and "(3 layers)" in fig.measured
+
+    pooled = fp_mod.pool_hosts(sim, pd.DataFrame())
+    assert set(pooled["machine_fingerprint"]) == {here} and set(pooled["cpu_model"]) == set(
+        sim.loc[sim["machine_fingerprint"] == here, "cpu_model"]
+    )
+    assert sim["machine_fingerprint"].nunique() == 2  # the loaded (cached) frame is left as it was
+    # the host configuration is built from the machine's caches: its rows keep their machine
+    host = sim.assign(cache=np.where(sim["layer"] == "a", "host", sim["cache"]))
+    kept = fp_mod.pool_hosts(host, pd.DataFrame())
+    assert set(kept.loc[kept["layer"] == "a", "machine_fingerprint"]) == {"feedface0000"}
+    # orders timed on the other host: the simulations go beside them
+    timed = pd.DataFrame([{"status": "ok", "experiment": "t-a", "machine_fingerprint": "feedface0000"}])
+    assert set(fp_mod.pool_hosts(sim, timed)["machine_fingerprint"]) == {"feedface0000"}
+
+
 def test_pairs_and_sorted_speedups_put_measured_beside_simulated(tmp_path: Path) -> None:
     """Fig 5.3/5.4 from simulation and, on the orders timed on every layer, from measured time: the
     measured panel is computed from the timed medians (here the reverse of the simulated ranking), not

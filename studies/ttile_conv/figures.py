@@ -1058,6 +1058,101 @@ def _lever(ctx: FigureContext, name: str) -> list[PaperFigure]:
     return ctx.per_machine(ok, one)
 
 
+GOAL = "ttile_conv_random_levers"  # issue 32's goal: the thesis's random search, the space with every lever
+
+
+def goal(ctx: FigureContext) -> list[PaperFigure]:
+    """Issue 32's goal on the search it names: per layer, the best of the first 100 random draws and the
+    best of all of them (1000 when the run is complete) of the space with every lever, each over the
+    faster oneDNN 3.x layout of the same run, paired round by round (``harness versus``); per network the
+    flop-weighted % of peak over oneDNN's; and whether the best of 100 is within 3% of the best of 1000."""
+    from harness.commands.versus import DEFAULT_BASELINES, networks, versus
+
+    name = "ttile_conv_goal"
+    meta = CLAIMS[name]["paper_numbers"]
+    every = ctx.summary[ctx.summary["experiment"] == GOAL]
+
+    def alone(t: pd.DataFrame) -> pd.DataFrame:
+        return t[t["condition"] == "hot cache"] if len(t) else t  # no co-runner
+
+    def one(fp: str, part: pd.DataFrame) -> PaperFigure | None:
+        full = alone(versus(part, DEFAULT_BASELINES))
+        if full.empty:
+            return None
+        first = alone(versus(part, DEFAULT_BASELINES, within=100)).set_index("workload")
+        runs = _runs(_schemes(part, GOAL))
+        layers = sorted(full["workload"], key=_layer)
+        draws = {layer: len(_first_run(runs, layer)) for layer in layers}
+        full = full.set_index("workload").reindex(layers)
+        table = pd.DataFrame({
+            "layer": layers, "network": full["network"].to_numpy(), "draws": [draws[la] for la in layers],
+            "onednn %": full["baseline_pct"].to_numpy(), "oneDNN layout": full["baseline"].to_numpy(),
+            "best of 100 %": first["best_pct"].reindex(layers).to_numpy(),
+            "best of 100 / oneDNN": first["round_ratio"].reindex(layers).to_numpy(),
+            "best of 100 low": first["round_ratio_low"].reindex(layers).to_numpy(),
+            "best of 100 high": first["round_ratio_high"].reindex(layers).to_numpy(),
+            "best %": full["best_pct"].to_numpy(), "best / oneDNN": full["round_ratio"].to_numpy(),
+            "best low": full["round_ratio_low"].to_numpy(), "best high": full["round_ratio_high"].to_numpy(),
+        })  # fmt: skip
+        table["best of 100 / best"] = table["best of 100 %"] / table["best %"]
+        n_min, n_max = int(table["draws"].min()), int(table["draws"].max())
+        nets = networks(full.reset_index())
+        ahead = int((table["best / oneDNN"] > 1).sum())
+        every_round = int((table["best low"] > 1).sum())
+        complete = table[table["draws"] >= meta["draws"]]
+        close = int((complete["best of 100 / best"] >= 1 - meta["within"]).sum())
+        held = (
+            len(table) >= meta["layers"] and len(complete) == len(table) and ahead >= meta["ahead"]
+            and all(nets["weighted_ratio"] >= meta["weighted"]) and close >= meta["ahead"]
+        )  # fmt: skip
+        verdict = "reproduced" if held else "partial" if ahead > len(table) / 2 or any(
+            nets["weighted_ratio"] >= 1.0) else "differs"  # fmt: skip
+
+        fig, ax = plt.subplots(figsize=(max(8, 0.45 * len(layers)), 4.2), layout="constrained")
+        x = np.arange(len(layers))
+        label_all = f"best of {n_max}" if n_min == n_max else f"best of all draws ({n_min}-{n_max})"
+        for i, (col, label) in enumerate((("best of 100", "best of 100"), ("best", label_all))):
+            mid = table[f"{col} / oneDNN"]
+            err = np.vstack([mid - table[f"{col} low"], table[f"{col} high"] - mid])
+            ax.bar(x + (i - 0.5) * 0.4, mid, 0.4, yerr=np.nan_to_num(err), capsize=2, label=label)
+        ax.axhline(1.0, color="grey", lw=0.8)
+        ax.axhline(
+            meta["weighted"], color="grey", lw=0.8, ls="--", label=f"x{meta['weighted']} (the networks' goal)"
+        )
+        ax.set_xticks(x, layers, rotation=90, fontsize=7)
+        ax.set(ylabel="best / its run's oneDNN 3.x (rounds: median, range)", ylim=(0.5, None))
+        ax.legend(fontsize=8)
+        image, csv = ctx.save(fig, table, f"{name}-{fp}")
+        weighted = ", ".join(f"{n.network} x{n.weighted_ratio:.3f}" for n in nets.itertuples())
+        measured = (
+            f"{label_all} ({n_min}-{n_max} draws per layer) over the faster oneDNN 3.x layout of its run: "
+            f"ahead on {ahead}/{len(table)} layers by the median of the round ratios, {every_round} in every "
+            f"round; flop-weighted % of peak over oneDNN's {weighted}; best of 100 ahead on "
+            f"{int((table['best of 100 / oneDNN'] > 1).sum())}"
+        )
+        measured += (
+            f"; best of 100 within {meta['within']:.0%} of the best of {meta['draws']} on "
+            f"{close}/{len(complete)}"
+            if len(complete)
+            else f"; no layer has {meta['draws']} draws yet"
+        )
+        return paper_figure(
+            name, fp, part, verdict=verdict, measured=measured,
+            statistic="per layer, the best confirmed candidate of the first 100 draws and of all draws "
+            "over the faster oneDNN 3.x layout of the same run (median and range of the interleaved rounds' "
+            "ratios); "
+            f"reproduced when every goal holds with {meta['draws']} draws on the {meta['layers']} layers: "
+            f"ahead on >= {meta['ahead']}, each network's flop-weighted ratio >= {meta['weighted']}, best of "
+            f"100 within {meta['within']:.0%} of the best of {meta['draws']} on >= {meta['ahead']}; partial "
+            "if ahead on more than half or a network's ratio >= 1",
+            image=image, csv=csv, table=table.round(3).to_dict("records"), ours=ahead / len(table),
+            unit="share of layers ahead of oneDNN 3.x", experiments=[GOAL],
+            counts=_counts(_schemes(part, GOAL)),
+        )  # fmt: skip
+
+    return ctx.per_machine(every, one)
+
+
 def _library_threads(row: pd.Series) -> int:
     """Threads a baseline row ran oneDNN with (option ``threads``; a plain baseline runs one)."""
     return int(json.loads(row.get("candidate_options") or "{}").get("threads", 1))
@@ -1129,4 +1224,4 @@ def parallel(ctx: FigureContext) -> list[PaperFigure]:
 
 FIGURES: list[Any] = [histograms, expect_curves, best_vs_onednn, convergence, single_vs_all, divisibility,
                       fixed_permutation, strategies, refine, remainder, directed, masked,
-                      parallel]  # fmt: skip
+                      goal, parallel]  # fmt: skip
