@@ -56,7 +56,10 @@ def pool_hosts(sim: pd.DataFrame, summary: pd.DataFrame) -> pd.DataFrame:
             continue
         keep = str(counts.idxmax())
         if len(timed):
-            t = timed[timed["experiment"].astype(str).str.startswith(f"{exp}-")]
+            # the experiment's own timed rows (<exp>-<layer>, <exp>-t<N>-<layer>), not a longer name's
+            mine = sim.loc[part.index, ["layer", "threads"]].drop_duplicates()
+            names = {permstudy.timed_experiment_name(exp, la, th) for la, th in mine.itertuples(index=False)}
+            t = timed[timed["experiment"].isin(names)]
             t_counts = t["machine_fingerprint"].astype(str).value_counts().reindex(counts.index).fillna(0)
             keep = str(t_counts.idxmax()) if t_counts.max() > 0 else keep
         rows = sim.index.get_indexer(part.index)

@@ -992,6 +992,11 @@ def masked(ctx: FigureContext) -> list[PaperFigure]:
     return _lever(ctx, "ttile_conv_masked")
 
 
+def _alone(table: pd.DataFrame) -> pd.DataFrame:
+    """The lines of a ``harness versus`` table timed alone and hot (no co-runner)."""
+    return table[table["condition"] == "hot cache"] if len(table) else table
+
+
 def _lever(ctx: FigureContext, name: str) -> list[PaperFigure]:
     """The lever's run against the run without it. Runs hours or days apart drift: each layer's best is
     compared with its own run's oneDNN 3.x, paired round by round (harness versus), and the two ratios are
@@ -1006,8 +1011,7 @@ def _lever(ctx: FigureContext, name: str) -> list[PaperFigure]:
     def one(fp: str, part: pd.DataFrame) -> PaperFigure | None:
         tables = {}
         for series, exp in pair.items():
-            t = versus(part[part["experiment"] == exp], DEFAULT_BASELINES)
-            t = t[t["condition"] == "hot cache"] if len(t) else t  # alone, hot (no co-runner)
+            t = _alone(versus(part[part["experiment"] == exp], DEFAULT_BASELINES))
             if t.empty:
                 return None
             tables[series] = t.assign(series=series)
@@ -1072,15 +1076,13 @@ def goal(ctx: FigureContext) -> list[PaperFigure]:
     meta = CLAIMS[name]["paper_numbers"]
     every = ctx.summary[ctx.summary["experiment"] == GOAL]
 
-    def alone(t: pd.DataFrame) -> pd.DataFrame:
-        return t[t["condition"] == "hot cache"] if len(t) else t  # no co-runner
-
     def one(fp: str, part: pd.DataFrame) -> PaperFigure | None:
-        full = alone(versus(part, DEFAULT_BASELINES))
+        full = _alone(versus(part, DEFAULT_BASELINES))
         if full.empty:
             return None
-        first = alone(versus(part, DEFAULT_BASELINES, within=100)).set_index("workload")
-        runs = _runs(_schemes(part, GOAL))
+        first = _alone(versus(part, DEFAULT_BASELINES, within=100)).set_index("workload")
+        schemes = _schemes(part, GOAL)
+        runs = _runs(schemes)
         layers = sorted(full["workload"], key=_layer)
         draws = {layer: len(_first_run(runs, layer)) for layer in layers}
         full = full.set_index("workload").reindex(layers)
@@ -1147,7 +1149,7 @@ def goal(ctx: FigureContext) -> list[PaperFigure]:
             "if ahead on more than half or a network's ratio >= 1",
             image=image, csv=csv, table=table.round(3).to_dict("records"), ours=ahead / len(table),
             unit="share of layers ahead of oneDNN 3.x", experiments=[GOAL],
-            counts=_counts(_schemes(part, GOAL)),
+            counts=_counts(schemes),
         )  # fmt: skip
 
     return ctx.per_machine(every, one)
