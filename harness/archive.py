@@ -2,9 +2,11 @@
 session survives a machine that loses its disk between them.
 
 An archive holds a results directory's rows as one parquet table per experiment
-(``rows/<experiment>.parquet``), its permutation simulations (``permutations/``) and the tuning records of
-its TVM modules (``tvm/*.json``: how each was tuned, TVM's per-trial times; not the modules). The store
-keeps one file per row (durable writes, resumable sweeps), but a row file weighs about 35 KB, mostly
+(``rows/<experiment>.parquet``), its permutation simulations (``permutations/``), the tuning records of
+its TVM modules (``tvm/*.json``: how each was tuned, TVM's per-trial times; not the modules) and the
+microkernel selections of its machines (``microkernels/*.json``: a search's space draws from the selection,
+which is measured, so a search resumed on a new VM needs the one its rows came from). The store keeps one
+file per row (durable writes, resumable sweeps), but a row file weighs about 35 KB, mostly
 repeated metadata: the 23 000 rows of the 23-layer, 1000-draw study would be 800 MB that way. Unpacking
 validates every row and stores each experiment's rows in its compacted table (:func:`harness.store.add_rows`).
 Archives of the older layout (``rows/<experiment>/<row id>.parquet``) unpack too.
@@ -12,6 +14,7 @@ Archives of the older layout (``rows/<experiment>/<row id>.parquet``) unpack too
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import shutil
 import tarfile
@@ -26,7 +29,7 @@ import pyarrow.parquet as pq
 from harness import store
 from kernels import tvm_conv
 
-TOP_LEVEL = ("rows", "permutations", "parlooper", "tvm")
+TOP_LEVEL = ("rows", "permutations", "parlooper", "tvm", "microkernels")
 #: a results directory's data beside its rows that figures read: the permutation study's simulations, the
 #: loop-string study's model predictions (``parlooper/model/``)
 DATA_DIRS = ("permutations", "parlooper")
@@ -45,7 +48,7 @@ def pack(results_dir: Path, out: Path, experiments: list[str] | None = None, sim
     results_dir, out = Path(results_dir), Path(out)
     base = results_dir / "rows"
     names = experiments or store.experiments(results_dir)
-    n, records = 0, []
+    n, records, fingerprints = 0, [], set()
     with tempfile.TemporaryDirectory(prefix="archive-") as tmp:
         (Path(tmp) / "rows").mkdir()
         for name in names:
@@ -55,6 +58,7 @@ def pack(results_dir: Path, out: Path, experiments: list[str] | None = None, sim
             pq.write_table(table, Path(tmp) / "rows" / f"{name}.parquet", compression="none")
             n += table.num_rows
             records += _tvm_records(results_dir, table)
+            fingerprints |= set(table.column("machine_fingerprint").drop_null().to_pylist())
         out.parent.mkdir(parents=True, exist_ok=True)
         partial = out.with_name(out.name + ".partial")
         with tarfile.open(partial, "w:xz") as tar:
@@ -64,6 +68,8 @@ def pack(results_dir: Path, out: Path, experiments: list[str] | None = None, sim
                     tar.add(results_dir / data, arcname=data)
             for record in sorted(set(records)):
                 tar.add(record, arcname=f"tvm/{record.name}")
+            for sel in _selections(results_dir, fingerprints):
+                tar.add(sel, arcname=f"microkernels/{sel.name}")
         partial.replace(out)  # a killed pack leaves no archive that looks complete
     return n
 
@@ -78,6 +84,34 @@ def _tvm_records(results_dir: Path, table: pa.Table) -> list[Path]:
     return found
 
 
+def _selections(results_dir: Path, fingerprints: set[str]) -> list[Path]:
+    """The stored microkernel selections (:mod:`harness.selection`) of these machines in the results
+    directory's cache."""
+    cache = results_dir / "cache"
+    return sorted(p for fp in fingerprints for p in cache.glob(f"microkernels-{fp}-*.json"))
+
+
+def _selected(path: Path) -> list[str]:
+    """The microkernels a stored selection selects, comparable across files."""
+    selected = json.loads(path.read_text())["selected"]
+    return sorted(json.dumps(m.get("sizes"), sort_keys=True) for m in selected)
+
+
+def _restore_selection(f: Path, results_dir: Path, say: Callable[[str], None]) -> None:
+    """Put an archived microkernel selection in the cache, unless this directory has one of its own: that
+    one holds the machine's own measurements and stays; if it selects other microkernels, say so (a search
+    resumed from the archive's rows stops at its first draw that differs, and says why)."""
+    dest = results_dir / "cache" / f.name
+    if not dest.exists():
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(f, dest)
+    elif _selected(f) != _selected(dest):
+        say(
+            f"{dest} kept: it selects other microkernels than the archive's ({len(_selected(dest))} vs "
+            f"{len(_selected(f))}); to resume the archive's searches, remove it and unpack again"
+        )
+
+
 def unpack(archive: Path, results_dir: Path) -> int:
     """Restore ``archive`` into ``results_dir`` (existing rows of the same id replaced); returns the number
     of rows written."""
@@ -89,11 +123,12 @@ def unpack_all(
     results_dir: Path,
     jobs: int = 1,
     done: Callable[[Path, int], None] | None = None,
+    say: Callable[[str], None] = lambda _msg: None,
 ) -> list[int]:
     """:func:`unpack` of each archive in turn, as if one after the other (a row or file in a later archive
     replaces an earlier one's), their reading and checking spread over ``jobs`` processes; ``done(archive,
-    rows)`` is called as each is stored. Returns each archive's row count. Nothing is stored when an archive
-    fails: its error names it."""
+    rows)`` is called as each is stored, ``say`` with what a reader should know (a selection kept). Returns
+    each archive's row count. Nothing is stored when an archive fails: its error names it."""
     results_dir = Path(results_dir)
     with tempfile.TemporaryDirectory(prefix="unpack-") as tmp:
         dirs = [Path(tmp) / str(i) for i in range(len(archives))]
@@ -107,6 +142,9 @@ def unpack_all(
         for path, where, rows in zip(archives, dirs, tables, strict=True):
             counts.append(store.add_table(results_dir, rows, checked=True) if rows is not None else 0)
             for f in sorted(p for top in TOP_LEVEL[1:] for p in (where / top).rglob("*") if p.is_file()):
+                if f.parent == where / "microkernels":
+                    _restore_selection(f, results_dir, say)
+                    continue
                 dest = results_dir / f.relative_to(where)
                 dest.parent.mkdir(parents=True, exist_ok=True)
                 shutil.move(f, dest)

@@ -33,7 +33,7 @@ from harness.calibrate import cache_probe_bytes, calibrate, probe_cache, probe_p
 from harness.check import CheckConfig, check_output, make_tensors
 from harness.run import RunLimits, RunResult, TimingConfig, cpus_for, run_kernel
 from harness.sanity import CoreWatch, SanityConfig, drift_flags, row_flags
-from harness.search import Problem, SearchConfig, Strategy, make_strategy
+from harness.search import Problem, SearchConfig, SearchError, Strategy, make_strategy
 from harness.sentinel import Sentinel
 from kernels.baselines import BaselineUnavailable, library_info, versioned
 from kernels.candidate import Candidate, KernelSource, Workload, render
@@ -471,7 +471,10 @@ def _run_search(s: Session, todo: list[tuple[Candidate, str]], strategy: Strateg
     cfg = exp.search
     mine = _stored_rows(exp, s.machine)
     stored = _stored_perf(mine)
-    search_cols = {"search_strategy": cfg.strategy, "search_budget": cfg.budget, "search_seed": cfg.seed}
+    selection = strategy.problem.selection_digest()
+    search_cols = {"search_strategy": cfg.strategy, "search_budget": cfg.budget, "search_seed": cfg.seed,
+                   "search_selection": selection}  # fmt: skip
+    drawn = _stored_draws(mine, cfg)
     start = time.monotonic()
     counts = {"ok": 0, "failed": 0}
     rows: list[dict[str, Any]] = []
@@ -493,7 +496,7 @@ def _run_search(s: Session, todo: list[tuple[Candidate, str]], strategy: Strateg
     if libs:
         extra = [{**search_cols, "search_index": None} for _ in libs]
         rows += _measure_batch(s, libs, start, extra, (0, len(libs), counts))
-    proposed, resumed = 0, 0
+    proposed, resumed, measured_new = 0, 0, False
     batch = 1 if strategy.adaptive else cfg.batch
     while proposed < budget:
         cands = strategy.ask(min(batch, budget - proposed))
@@ -501,6 +504,11 @@ def _run_search(s: Session, todo: list[tuple[Candidate, str]], strategy: Strateg
             break
         new, extra = [], []
         for c in cands:
+            # a stored draw at this index must come again; an adaptive strategy told a new measurement (a
+            # set-aside row measured again) may legitimately go another way after it
+            keys = drawn.get(proposed)
+            if keys and c.key not in keys and not (strategy.adaptive and measured_new):
+                raise SearchError(_diverged(exp, proposed, c, mine, keys, selection))
             if c.key in stored:
                 strategy.tell(c, stored[c.key])
                 resumed += 1
@@ -512,6 +520,7 @@ def _run_search(s: Session, todo: list[tuple[Candidate, str]], strategy: Strateg
             done = len(rows) - len(libs)
             shown_total = max(total - resumed, done + len(new))
             got = _measure_batch(s, new, start, extra, (done, shown_total, counts), race)
+            measured_new = True
             for c, r in zip(new, got, strict=True):
                 strategy.tell(c, r["pct_peak_median"] if r["status"] == "ok" else None)
             rows += got
@@ -519,6 +528,48 @@ def _run_search(s: Session, todo: list[tuple[Candidate, str]], strategy: Strateg
         s.say(f"[{exp.name}] {resumed} candidate(s) of the {cfg.strategy} search already measured, skipped")
     s.say(f"[{exp.name}] {cfg.strategy} search: {proposed} candidate(s) proposed (budget {cfg.budget})")
     return rows
+
+
+def _stored_draws(mine: pd.DataFrame, cfg: SearchConfig) -> dict[int, set[str]]:
+    """The candidate keys stored at each draw index of this strategy and seed (a set: a run stopped and
+    resumed by an older harness may hold two draws at one index)."""
+    if mine.empty:
+        return {}
+    index = pd.to_numeric(mine["search_index"], errors="coerce")
+    same = mine[(mine["search_strategy"] == cfg.strategy) & (mine["search_seed"] == cfg.seed) & index.notna()]
+    out: dict[int, set[str]] = {}
+    for i, key in zip(index[same.index].astype(int), same["candidate_key"], strict=True):
+        out.setdefault(int(i), set()).add(str(key))
+    return out
+
+
+def _diverged(
+    exp: Experiment, i: int, cand: Candidate, mine: pd.DataFrame, keys: set[str], selection: str | None
+) -> str:
+    """Why a resumed search stops: it proposes another candidate at a draw index than the stored run did,
+    so its space is not the stored run's, and going on would mix two searches under one seed."""
+    assert exp.search is not None
+    old = mine[mine["candidate_key"].isin(keys)]["candidate_text"].iloc[0]
+    before = {str(v) for v in mine["search_selection"].dropna()} if "search_selection" in mine else set()
+    if before and selection not in before:
+        why = (
+            f"the stored draws came from microkernel selection {', '.join(sorted(before))} and this "
+            f"machine's is {selection} (measured again by `harness microkernels`?); `harness archive "
+            f"unpack` of their archive restores the selection they came from into {exp.cache_dir} when "
+            "none is there"
+        )
+    else:
+        why = (
+            "the space they were drawn from differs from today's: a microkernel selection measured again "
+            f"(in {exp.cache_dir}), another space configuration, a changed sampler or candidate encoding "
+            "(rows of an older harness)"
+        )
+    return (
+        f"[{exp.name}] {exp.workload.name}: draw {i} of the stored {exp.search.strategy} search "
+        f"(seed {exp.search.seed}) is {old}, this run proposes {cand.text}: {why}. Resuming would mix two "
+        f"searches under one seed; restore what the stored rows were drawn from, or search into another "
+        f"results_dir (or experiment name)"
+    )
 
 
 def _measure(

@@ -97,6 +97,14 @@ COLUMNS: OrderedDict[str, tuple[pa.DataType, str]] = OrderedDict(
         ("search_budget", (I64, "candidates the search was allowed to propose (null: no budget)")),
         ("search_seed", (I64, "seed of the search strategy")),
         ("search_index", (I64, "order in which the search proposed the candidate (0 first; null: baseline)")),
+        (
+            "search_selection",
+            (
+                STR,
+                "hash of the measured microkernel selection the search's space drew from (harness "
+                "microkernels); a resumed search needs the same (null: none, or rows older than the column)",
+            ),
+        ),
         ("workspace_bytes", (I64, "temporary buffer the kernel allocates besides its tensors, bytes")),
         ("harness_commit", (STR, "git commit of the harness that produced the row (+ '-dirty' if modified)")),
         (
@@ -154,6 +162,7 @@ OPTIONAL_COLUMNS: dict[str, Any] = {
     "search_budget": None,
     "search_seed": None,
     "search_index": None,
+    "search_selection": None,
     "workspace_bytes": None,
     "harness_commit": None,
     "threads": None,

@@ -243,7 +243,7 @@ def paper_figure_calls(
 ) -> list[drawing.Call]:
     """One :func:`harness.drawing.run` call per builder (arguments as :func:`paper_figures`); their
     results make figures with :func:`collect_paper_figures`. A report runs them beside its own drawing."""
-    if summary.empty:
+    if summary.empty and results_dir is None:  # no rows, and no directory where simulations could be
         return []
     builders = all_builders() if errors is None else all_builders(errors)
     ctx = FigureContext(summary, Path(out_dir), results_dir)

@@ -122,3 +122,38 @@ def test_archives_unpacked_together_store_as_one_after_the_other(tmp_path: Path,
     with pytest.raises(archive.ArchiveError, match="stray.tar.xz: members outside"):
         archive.unpack_all([paths[0], stray], tmp_path / "dst2", jobs=jobs)
     assert not (tmp_path / "dst2").exists()  # nothing stored from a batch with a bad archive
+
+
+def _selection(path: Path, sizes: list[dict[str, int]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"selected": [{"sizes": s, "pct_peak_median": 90.0} for s in sizes]}))
+
+
+def test_the_microkernel_selection_travels_with_the_rows_of_its_machine(tmp_path: Path) -> None:
+    """A search's space draws from the machine's measured microkernel selection, which a new VM measures
+    again (and, on a noisy host, selects otherwise): the archive keeps the selection of each machine whose
+    rows it packs, and unpacking restores it where the directory has none, keeping one it has (the
+    machine's own measurements) and saying when they differ."""
+    src = tmp_path / "src"
+    store.write_row(src, make_row())  # machine fpA
+    mine, other = [{"w": 4, "k": 3}, {"w": 3, "k": 3}], [{"w": 7, "k": 3}]
+    _selection(src / "cache" / "microkernels-fpA-avx2-conv2d.json", mine)
+    _selection(src / "cache" / "microkernels-fpB-avx2-conv2d.json", other)  # no packed row measured on fpB
+    out = tmp_path / "a.tar.xz"
+    archive.pack(src, out)
+    with tarfile.open(out) as tar:
+        assert [n for n in tar.getnames() if n.startswith("microkernels/")] == [
+            "microkernels/microkernels-fpA-avx2-conv2d.json"
+        ]
+    notes: list[str] = []
+    archive.unpack_all([out], tmp_path / "new", say=notes.append)
+    restored = tmp_path / "new" / "cache" / "microkernels-fpA-avx2-conv2d.json"
+    assert restored.read_bytes() == (src / "cache" / restored.name).read_bytes() and notes == []
+    kept = tmp_path / "old" / "cache" / restored.name
+    _selection(kept, other)
+    archive.unpack_all([out], tmp_path / "old", say=notes.append)
+    assert json.loads(kept.read_text())["selected"][0]["sizes"] == {"w": 7, "k": 3}
+    assert len(notes) == 1 and "selects other microkernels" in notes[0] and str(kept) in notes[0]
+    _selection(kept, mine[::-1])  # the same selection in another order: nothing to say
+    archive.unpack_all([out], tmp_path / "old", say=notes.append)
+    assert len(notes) == 1

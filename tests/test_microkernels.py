@@ -346,3 +346,17 @@ def test_cli_rejects_unknown_isa_and_reading(capsys: pytest.CaptureFixture[str])
             main(argv)
         assert exc.value.code == 2
         assert capsys.readouterr().err.startswith("harness: error:")
+
+
+def test_cli_draws_fig5_2_under_the_results_it_was_given(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--results DIR`` keeps the selection in DIR/cache; its figure goes beside it, not to ./results."""
+    from harness import microbench
+    from harness.cli import main
+
+    seen: list[Path] = []
+    monkeypatch.setattr(microbench, "command", lambda *args: seen.append(args[6]))
+    main(["microkernels", "--results", str(tmp_path)])
+    main(["microkernels", "--results", str(tmp_path), "--out", str(tmp_path / "elsewhere.png")])
+    assert seen == [tmp_path / "figures" / "ttile_fig5_2.png", tmp_path / "elsewhere.png"]

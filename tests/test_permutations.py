@@ -445,3 +445,19 @@ def test_a_stopped_simulation_exits_soon_and_leaves_no_worker_running(tmp_path: 
     _, alive = psutil.wait_procs(workers, timeout=10)
     assert not alive, [p.cmdline()[:3] for p in alive]
     assert not list(tmp_path.glob("permutations/sim/*/*.parquet"))  # the unfinished layer is not stored
+
+
+def test_a_report_of_simulations_alone_draws_their_figures(tmp_path: Path) -> None:
+    """A results directory holding only permutation simulations (an archive of a Table 4.3 run unpacked
+    alone) has no rows: its report still draws the simulations' figures, and no builder fails on the empty
+    rows."""
+    from harness import cachesim
+    from harness.report import build_report
+
+    sizes = {"k": 4, "c": 4, "h": 4, "w": 4, "r": 1, "s": 1}
+    layers = {"a": sizes, "b": {**sizes, "k": 8}}
+    loki = [cachesim.load_config("loki")]
+    permstudy.run_simulations(tmp_path, "permutations", layers, loki, say=lambda _m: None)
+    html = build_report(tmp_path, tmp_path / "report").read_text()
+    assert "figure builder" not in html  # "N figure builders failed"
+    assert list((tmp_path / "report" / "figures").glob("*.png")), "no figure drawn from the simulations"

@@ -131,6 +131,38 @@ def test_random_search_end_to_end_checked_recorded_and_resumed(tmp_path: Path, s
     assert sorted(stored["search_index"].tolist()) == [0, 1, 2]
 
 
+def test_a_search_resumed_from_another_space_stops_at_its_first_draw_that_differs(
+    tmp_path: Path, shared_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The space a search draws from holds this machine's microkernel selection, which is measured: a new VM
+    measures it again and, on a noisy host, may select other microkernels, and the same seed then draws
+    other schemes. A resumed search proposing another candidate than the stored one at a draw index stops
+    before measuring it and says why (the rows carry the selection's hash); the same selection resumes. Rows
+    without the hash (older) and another space configuration stop it too, with the general reason."""
+    from harness import experiment as exp_mod
+
+    first, second = [{"w": 3, "k": 3}, {"w": 4, "k": 3}], [{"w": 7, "k": 3}]
+    digest = Problem(TINY, SPACE, TARGET, OPTIONS, [], first).selection_digest()
+    assert digest and digest != Problem(TINY, SPACE, TARGET, OPTIONS, [], second).selection_digest()
+    monkeypatch.setattr(exp_mod, "_selected_microkernels", lambda exp, m: first)
+    rows = run_experiment(_experiment(tmp_path, shared_cache, "random", 2), progress=lambda _m: None)
+    assert {r["search_selection"] for r in rows} == {digest}
+    more = run_experiment(_experiment(tmp_path, shared_cache, "random", 3), progress=lambda _m: None)
+    assert [r["search_index"] for r in more] == [2]  # the same selection: resumed
+    monkeypatch.setattr(exp_mod, "_selected_microkernels", lambda exp, m: second)
+    with pytest.raises(SearchError, match=rf"draw 0 of the stored random search .*selection {digest}"):
+        run_experiment(_experiment(tmp_path, shared_cache, "random", 4), progress=lambda _m: None)
+    assert len(store.load(tmp_path, "search_random")) == 3  # nothing measured from the other space
+
+    older = tmp_path / "older"  # no selection (the fallback set): rows with a null hash
+    monkeypatch.setattr(exp_mod, "_selected_microkernels", lambda exp, m: None)
+    run_experiment(_experiment(older, shared_cache, "random", 2), progress=lambda _m: None)
+    assert store.load(older, "search_random")["search_selection"].isna().all()
+    single = {**SPACE, "conv": {"combination": "single", "partial": "masked"}}
+    with pytest.raises(SearchError, match="draw 0 .*the space they were drawn from differs"):
+        run_experiment(_experiment(older, shared_cache, "random", 3, single), progress=lambda _m: None)
+
+
 def test_racing_times_only_the_candidates_near_the_best_in_full(tmp_path: Path, shared_cache: Path) -> None:
     """timing.race: a draw whose first two calls are both slower than race x the best median found before
     it stops there and is flagged; every other draw gets all its calls. A search without racing would

@@ -5,9 +5,10 @@
     harness archive unpack reports/measured/*.tar.xz --results DIR
     harness archive compact --results DIR [--experiment NAME ...]
 
-An archive holds each experiment's rows as one table (a 1000-draw, 23-layer study is ~23 000 rows) and the
-permutation simulations; unpacking stores each experiment's rows as the store's compacted table, so a search
-resumes from the restored rows and ``harness report --results DIR`` draws their figures. ``compact`` moves
+An archive holds each experiment's rows as one table (a 1000-draw, 23-layer study is ~23 000 rows), the
+permutation simulations and the microkernel selections its searches drew from; unpacking stores each
+experiment's rows as the store's compacted table, so a search resumes from the restored rows (and the
+selection they were drawn from) and ``harness report --results DIR`` draws their figures. ``compact`` moves
 the rows a sweep wrote one file each into that table (searches do it themselves past 500 such files): a
 study of 20 000 rows then loads in a second instead of half a minute.
 """
@@ -60,6 +61,7 @@ def main(argv: list[str]) -> None:
                 args.results,
                 jobs=args.jobs,
                 done=lambda path, n: print(f"{path}: {n} rows restored into {args.results}", file=sys.stderr),
+                say=lambda msg: print(f"harness archive: note: {msg}", file=sys.stderr),
             )
     except (archive.ArchiveError, OSError) as exc:
         print(f"harness archive: error: {exc}", file=sys.stderr)
