@@ -160,12 +160,16 @@ def test_versus_pairs_the_best_candidate_with_the_fastest_baseline_round_by_roun
         _unit("o3", "baseline", "onednn", "resnet18_06", [1000.0, 1000.0, 1000.0]),
         _unit("c", "scheme", "[C]", "resnet18_06", [1500.0, 1500.0, 1500.0], contention="stream"),
         _unit("o3", "baseline", "onednn", "resnet18_06", [1000.0, 1000.0, 1000.0], contention="stream"),
+        # ahead by the pooled medians (1050 / 1000), behind in two rounds of three (1.05, 0.917, 0.875)
+        _unit("d", "scheme", "[D]", "resnet18_01", [1000.0, 1200.0, 800.0]),
+        _unit("o4", "baseline", "onednn", "resnet18_01", [1050.0, 1100.0, 700.0]),
     ]
     for r in rows:
         store.write_row(tmp_path, r)
     table = vs.versus(analysis.summarize(store.load(tmp_path, "exp1")), vs.DEFAULT_BASELINES)
     by = {(r.workload, r.condition): r for r in table.itertuples()}
     assert set(by) == {
+        ("resnet18_01", "hot cache"),
         ("yolo9000_12", "hot cache"),
         ("resnet18_06", "hot cache"),
         ("resnet18_06", "hot cache + stream co-runner"),
@@ -179,6 +183,9 @@ def test_versus_pairs_the_best_candidate_with_the_fastest_baseline_round_by_roun
     assert by[("resnet18_06", "hot cache + stream co-runner")].round_ratio == pytest.approx(1000 / 1500)
     nets = vs.networks(table).set_index(["condition", "network"])
     assert nets.loc[("hot cache", "yolo9000"), "ahead_median"] == 1
+    d = by[("resnet18_01", "hot cache")]
+    assert d.ratio_median == pytest.approx(1.05) and d.round_ratio == pytest.approx(1100 / 1200)
+    assert nets.loc[("hot cache", "resnet18"), "ahead_median"] == 0  # by the rounds, as documented
     assert nets.loc[("hot cache", "resnet18"), "ahead_every_round"] == 0
     lib = nets.loc[("hot cache", "yolo9000"), "baseline_weighted_pct"]
     assert nets.loc[("hot cache", "yolo9000"), "ceiling_ratio"] == pytest.approx(100 / lib)

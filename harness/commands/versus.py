@@ -114,7 +114,8 @@ def networks(table: pd.DataFrame) -> pd.DataFrame:
             "best_weighted_pct": best, "baseline_weighted_pct": lib, "weighted_ratio": best / lib,
             # what the ratio would be at 100% of peak on every layer: a library near peak caps it
             "ceiling_ratio": 100.0 / lib,
-            "ahead_median": int((t["ratio_median"] > 1).sum()),
+            # ahead by the median of its round ratios (the pooled medians where rounds could not be paired)
+            "ahead_median": int((t["round_ratio"].fillna(t["ratio_median"]) > 1).sum()),
             "ahead_every_round": int((t["round_ratio_low"] > 1).sum()),
         })  # fmt: skip
     return pd.DataFrame(out)
