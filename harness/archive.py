@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from harness import store
+from harness.selection import selection_digest
 from kernels import tvm_conv
 
 TOP_LEVEL = ("rows", "permutations", "parlooper", "tvm", "microkernels")
@@ -91,10 +92,9 @@ def _selections(results_dir: Path, fingerprints: set[str]) -> list[Path]:
     return sorted(p for fp in fingerprints for p in cache.glob(f"microkernels-{fp}-*.json"))
 
 
-def _selected(path: Path) -> list[str]:
-    """The microkernels a stored selection selects, comparable across files."""
-    selected = json.loads(path.read_text())["selected"]
-    return sorted(json.dumps(m.get("sizes"), sort_keys=True) for m in selected)
+def _digest(path: Path) -> str | None:
+    """The hash of the microkernels a stored selection file selects (as search rows carry it)."""
+    return selection_digest([m["sizes"] for m in json.loads(path.read_text())["selected"]])
 
 
 def _restore_selection(f: Path, results_dir: Path, say: Callable[[str], None]) -> None:
@@ -105,10 +105,10 @@ def _restore_selection(f: Path, results_dir: Path, say: Callable[[str], None]) -
     if not dest.exists():
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.move(f, dest)
-    elif _selected(f) != _selected(dest):
+    elif (here := _digest(dest)) != (archived := _digest(f)):
         say(
-            f"{dest} kept: it selects other microkernels than the archive's ({len(_selected(dest))} vs "
-            f"{len(_selected(f))}); to resume the archive's searches, remove it and unpack again"
+            f"{dest} kept: it selects other microkernels than the archive's (selection {here} vs "
+            f"{archived}); to resume the archive's searches, remove it and unpack again"
         )
 
 

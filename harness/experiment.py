@@ -34,6 +34,7 @@ from harness.check import CheckConfig, check_output, make_tensors
 from harness.run import RunLimits, RunResult, TimingConfig, cpus_for, run_kernel
 from harness.sanity import CoreWatch, SanityConfig, drift_flags, row_flags
 from harness.search import Problem, SearchConfig, SearchError, Strategy, make_strategy
+from harness.selection import selection_digest
 from harness.sentinel import Sentinel
 from kernels.baselines import BaselineUnavailable, library_info, versioned
 from kernels.candidate import Candidate, KernelSource, Workload, render
@@ -471,7 +472,7 @@ def _run_search(s: Session, todo: list[tuple[Candidate, str]], strategy: Strateg
     cfg = exp.search
     mine = _stored_rows(exp, s.machine)
     stored = _stored_perf(mine)
-    selection = strategy.problem.selection_digest()
+    selection = selection_digest(strategy.problem.selected)
     search_cols = {"search_strategy": cfg.strategy, "search_budget": cfg.budget, "search_seed": cfg.seed,
                    "search_selection": selection}  # fmt: skip
     drawn = _stored_draws(mine, cfg)
@@ -496,7 +497,7 @@ def _run_search(s: Session, todo: list[tuple[Candidate, str]], strategy: Strateg
     if libs:
         extra = [{**search_cols, "search_index": None} for _ in libs]
         rows += _measure_batch(s, libs, start, extra, (0, len(libs), counts))
-    proposed, resumed, measured_new = 0, 0, False
+    proposed, resumed = 0, 0
     batch = 1 if strategy.adaptive else cfg.batch
     while proposed < budget:
         cands = strategy.ask(min(batch, budget - proposed))
@@ -505,9 +506,9 @@ def _run_search(s: Session, todo: list[tuple[Candidate, str]], strategy: Strateg
         new, extra = [], []
         for c in cands:
             # a stored draw at this index must come again; an adaptive strategy told a new measurement (a
-            # set-aside row measured again) may legitimately go another way after it
+            # set-aside row measured again; rows past the baselines') may legitimately go another way after it
             keys = drawn.get(proposed)
-            if keys and c.key not in keys and not (strategy.adaptive and measured_new):
+            if keys and c.key not in keys and not (strategy.adaptive and len(rows) > len(libs)):
                 raise SearchError(_diverged(exp, proposed, c, mine, keys, selection))
             if c.key in stored:
                 strategy.tell(c, stored[c.key])
@@ -520,7 +521,6 @@ def _run_search(s: Session, todo: list[tuple[Candidate, str]], strategy: Strateg
             done = len(rows) - len(libs)
             shown_total = max(total - resumed, done + len(new))
             got = _measure_batch(s, new, start, extra, (done, shown_total, counts), race)
-            measured_new = True
             for c, r in zip(new, got, strict=True):
                 strategy.tell(c, r["pct_peak_median"] if r["status"] == "ok" else None)
             rows += got
@@ -550,7 +550,7 @@ def _diverged(
     so its space is not the stored run's, and going on would mix two searches under one seed."""
     assert exp.search is not None
     old = mine[mine["candidate_key"].isin(keys)]["candidate_text"].iloc[0]
-    before = {str(v) for v in mine["search_selection"].dropna()} if "search_selection" in mine else set()
+    before = {str(v) for v in mine["search_selection"].dropna()}
     if before and selection not in before:
         why = (
             f"the stored draws came from microkernel selection {', '.join(sorted(before))} and this "

@@ -9,6 +9,7 @@ imports it.
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -30,6 +31,17 @@ def select(frame: pd.DataFrame, threshold: float = DEFAULT_THRESHOLD) -> pd.Data
     pct = pd.to_numeric(frame["pct_peak_median"], errors="coerce")
     keep = (frame["status"] == "ok") & pct.notna() & (pct >= threshold)
     return frame[keep].sort_values("pct_peak_median", ascending=False).reset_index(drop=True)
+
+
+def selection_digest(selected: list[dict[str, int]] | None) -> str | None:
+    """A short hash of the selected microkernels' sizes, in any order (None: no selection, the fallback set).
+    The selection is measured, so measuring it again can change it, and the same seed then draws other
+    schemes: search rows carry it (``search_selection``), so a resumed search and an unpacked archive can
+    tell."""
+    if not selected:
+        return None
+    text = json.dumps(sorted(sorted(m.items()) for m in selected))
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
 def selection_path(cache_dir: Path, fingerprint: str, isa: str, op: str = "conv2d") -> Path:

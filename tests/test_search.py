@@ -140,10 +140,11 @@ def test_a_search_resumed_from_another_space_stops_at_its_first_draw_that_differ
     before measuring it and says why (the rows carry the selection's hash); the same selection resumes. Rows
     without the hash (older) and another space configuration stop it too, with the general reason."""
     from harness import experiment as exp_mod
+    from harness.selection import selection_digest
 
     first, second = [{"w": 3, "k": 3}, {"w": 4, "k": 3}], [{"w": 7, "k": 3}]
-    digest = Problem(TINY, SPACE, TARGET, OPTIONS, [], first).selection_digest()
-    assert digest and digest != Problem(TINY, SPACE, TARGET, OPTIONS, [], second).selection_digest()
+    digest = selection_digest(first)
+    assert digest and digest != selection_digest(second)
     monkeypatch.setattr(exp_mod, "_selected_microkernels", lambda exp, m: first)
     rows = run_experiment(_experiment(tmp_path, shared_cache, "random", 2), progress=lambda _m: None)
     assert {r["search_selection"] for r in rows} == {digest}

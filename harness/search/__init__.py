@@ -20,9 +20,7 @@ Strategies (``search=<name>``, ``conf/search/*.yaml``), one module each:
 
 from __future__ import annotations
 
-import hashlib
 import importlib
-import json
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -102,15 +100,6 @@ class Problem:
     candidates: list[Candidate]  # the space's static candidates (what exhaustive runs for non-conv spaces)
     selected: list[dict[str, int]] | None = None  # microkernels selected on this machine (k in vectors)
     caches: tuple[int, ...] = (32 * 1024, 512 * 1024, 32 * 1024 * 1024)  # bytes, L1..L3 of this machine
-
-    def selection_digest(self) -> str | None:
-        """A short hash of the microkernels the space draws from (None: no selection, the fallback set).
-        The selection is measured (``harness microkernels``), so measuring it again can change it, and the
-        same seed then draws other schemes: rows carry it so a resumed search can tell."""
-        if not self.selected:
-            return None
-        text = json.dumps(sorted(sorted(m.items()) for m in self.selected))
-        return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
 class Strategy(ABC):
