@@ -220,6 +220,26 @@ def test_a_job_reusing_simulations_runs_after_the_job_that_makes_them() -> None:
     assert checked >= 2  # the quick and full -O0 jobs
 
 
+def test_the_contention_job_runs_after_every_search_whose_winners_it_retimes() -> None:
+    """ttile_conv_contention re-times the best scheme of each experiment its sweep names
+    (``space.best_of.experiment``): a search job of the same profile that could run after it would leave
+    its winner out, and Snakemake would not run the contention job again."""
+    import yaml
+
+    part = yaml.safe_load((ROOT / "studies" / "ttile_conv" / "catalogue.yaml").read_text())
+    sweep = yaml.safe_load((ROOT / "conf" / "sweeps" / "ttile_conv_contention.yaml").read_text())
+    searched = set(sweep["space"]["best_of"]["experiment"])
+    checked = 0
+    for profile, jobs in part["jobs"].items():
+        if "ttile_conv_contention" not in jobs:
+            continue
+        searches = {name for name in jobs if name in searched}
+        assert searches, profile
+        assert searches <= set(part["after"]["ttile_conv_contention"]), (profile, searches)
+        checked += 1
+    assert checked  # the full profile re-times the winners
+
+
 def test_quote_schemes_keeps_other_overrides() -> None:
     from harness.cli import quote_schemes
 
