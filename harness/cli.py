@@ -51,6 +51,7 @@ CHOICES: dict[str, tuple[object, ...]] = {
     "codegen.hoist": (True, False),
     "codegen.fma": (True, False),
     "codegen.partial": ("none", "masked", "padded"),
+    "codegen.broadcast": (None, "embedded"),
     "compiler.opt": ("O0", "O1", "O2", "O3", "Os", "Ofast"),
 }
 
@@ -451,6 +452,10 @@ def _main(argv: list[str] | None) -> None:
         parser.add_argument("--reading", default=None, help="conv enumeration reading (kernels/isa/*.yaml)")
         parser.add_argument("--threshold", type=float, default=85.0, help="%% of peak to be selected")
         parser.add_argument("--rerun", action="store_true", help="measure again even if stored")
+        parser.add_argument(
+            "--broadcast", choices=("embedded",), default=None,
+            help="measure and select with codegen.broadcast=embedded (AVX-512; a selection of its own)",
+        )  # fmt: skip
         parser.add_argument("--out", type=Path, help="Fig 5.2 (default RESULTS/figures/ttile_fig5_2.png)")
         args = parser.parse_args(rest)
         try:
@@ -460,9 +465,10 @@ def _main(argv: list[str] | None) -> None:
         from harness.microbench import command as microkernels
 
         try:
-            out = args.out or args.results / "figures" / "ttile_fig5_2.png"  # beside the selection it plots
+            fig = f"ttile_fig5_2{f'-{args.broadcast}' if args.broadcast else ''}.png"
+            out = args.out or args.results / "figures" / fig  # beside the selection it plots
             microkernels(args.isa, args.op, args.quick, args.all, args.reading, args.threshold, out,
-                         args.results, args.rerun)  # fmt: skip
+                         args.results, args.rerun, broadcast=args.broadcast)  # fmt: skip
         except ValueError as exc:
             _fail(str(exc))
         return

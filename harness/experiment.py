@@ -236,7 +236,8 @@ def run_experiment(
         say(
             f"[{exp.name}] note: no {exp.target} microkernel selection for this machine in "
             f"{exp.cache_dir}, so the space uses kernels.conv_space.FALLBACK; `harness microkernels --isa "
-            f"{exp.target} --results {exp.results_dir}` selects this machine's (the thesis selects first)"
+            f"{exp.target}{f' --broadcast {b}' if (b := _broadcast(exp)) else ''} --results "
+            f"{exp.results_dir}` selects this machine's (the thesis selects first)"
         )
     for aside in store.set_aside_unreadable(exp.results_dir, exp.name):
         say(f"[{exp.name}] set aside an unreadable row file (truncated?); its candidate is measured again: "
@@ -434,12 +435,20 @@ def _first_round_ns(row: dict[str, Any]) -> float | None:
     return next(iter(store.round_medians(row)), None)
 
 
+def _broadcast(exp: Experiment) -> str | None:
+    b = exp.base_options.get("broadcast")
+    return None if b is None else str(b)
+
+
 def _selected_microkernels(exp: Experiment, m: machine_mod.Machine) -> list[dict[str, int]] | None:
     """The microkernels ``harness microkernels`` selected on this machine (None: not measured here)."""
     from harness.selection import load_selected
 
     try:
-        mks = load_selected(exp.target, "conv2d", exp.cache_dir, machine=m, missing_ok=True)
+        # measured under the code generation the search will run with (codegen.broadcast: other tiles fit)
+        mks = load_selected(
+            exp.target, "conv2d", exp.cache_dir, machine=m, missing_ok=True, broadcast=_broadcast(exp)
+        )
     except (OSError, ValueError):
         return None
     return [dict(mk.size) for mk in mks] or None

@@ -58,6 +58,7 @@ from kernels import microkernels as mkmod
 from kernels.candidate import Candidate, KernelSource, Workload, render
 from kernels.microkernels import Microkernel
 from kernels.operators import make_operator
+from kernels.targets import get_target
 
 QUICK_CAP = 24  # microkernels in the quick subset
 # Hot and fast: a microkernel call lasts about a microsecond, so many repetitions cost milliseconds; the
@@ -102,12 +103,17 @@ def bench_scheme(mk: Microkernel) -> str:
     return mk.scheme([f"T_{{{int(sec['reduction_tile'])},{sec['reduction_dim']}}}"])
 
 
-def bench_candidate(mk: Microkernel, hoist: bool = True, fma: bool = True) -> Candidate:
-    """Same options as ``harness run`` gives a scheme (target, hoist, fma), so keys agree.
+def bench_candidate(
+    mk: Microkernel, hoist: bool = True, fma: bool = True, broadcast: str | None = None
+) -> Candidate:
+    """Same options as ``harness run`` gives a scheme (target, hoist, fma, broadcast if set), so keys agree.
 
-    ``hoist`` / ``fma`` off are the code-generation ablations of the §4.3 compiler study.
+    ``hoist`` / ``fma`` off are the code-generation ablations of the §4.3 compiler study; ``broadcast``
+    embedded has each FMA read its broadcast operand from memory (issue 32).
     """
-    opts = {"target": mk.isa, "hoist": bool(hoist), "fma": bool(fma)}
+    opts: dict[str, object] = {"target": mk.isa, "hoist": bool(hoist), "fma": bool(fma)}
+    if broadcast is not None:
+        opts["broadcast"] = broadcast
     return Candidate("scheme", bench_scheme(mk), tuple(sorted(opts.items())))
 
 
@@ -148,6 +154,7 @@ class BenchConfig:
     experiment: str | None = None  # row directory; default microkernels-<op>-<isa> (experiment_name)
     hoist: bool = True  # code generation: output accumulators kept in registers (thesis §4.3)
     fma: bool = True  # code generation: fused multiply-add intrinsics (else mul + add)
+    broadcast: str | None = None  # code generation: embedded, FMAs read their broadcast from memory
 
     @property
     def cache(self) -> Path:
@@ -171,7 +178,7 @@ def _experiment(mk: Microkernel, cfg: BenchConfig) -> Experiment:
     return Experiment(
         cfg.experiment or experiment_name(mk.isa, mk.op),
         w,
-        [bench_candidate(mk, cfg.hoist, cfg.fma)],
+        [bench_candidate(mk, cfg.hoist, cfg.fma, cfg.broadcast)],
         timing=bench_timing(w.flops, cfg),
         check=cfg.check,
         compiler=cfg.compiler,
@@ -220,6 +227,7 @@ def _summary(mk: Microkernel, row: dict[str, Any]) -> dict[str, Any]:
         "cflags": row.get("cflags"),
         "hoist": bool(opts.get("hoist", True)),
         "fma": bool(opts.get("fma", True)),
+        "broadcast": opts.get("broadcast"),
     }
     return out
 
@@ -406,6 +414,7 @@ def command(
     results_dir: Path = Path("results"),
     rerun: bool = False,
     cap: int = QUICK_CAP,
+    broadcast: str | None = None,
 ) -> dict[str, Any]:
     """``harness microkernels``: counts per reading, benchmark, selection, stored JSON, Fig 5.2."""
     start = time.perf_counter()
@@ -415,6 +424,8 @@ def command(
             raise ValueError(f"this CPU ({m.model_name}) has neither AVX2+FMA nor AVX-512; give --isa")
         isa = m.best_isa
     data = mkmod.isa_data(isa)  # unknown ISA: ValueError naming the known ones
+    if broadcast and not get_target(isa).fmadd_bcst:
+        raise ValueError(f"--broadcast {broadcast} needs an FMA that broadcasts from memory: --isa avx512")
     reading = reading or mkmod.default_reading(isa)
     if reading not in data["conv"]["readings"]:
         raise ValueError(f"unknown reading {reading!r}; known: {', '.join(data['conv']['readings'])}")
@@ -444,7 +455,9 @@ def command(
         mks, what = mkmod.enumerate_matmul(isa), "all matmul microkernels"
     enumerate_s = time.perf_counter() - t_enum
     print(f"benchmarking {len(mks)} microkernels: {what}")
-    cfg = BenchConfig(results_dir=Path(results_dir), rerun=rerun)
+    cfg = BenchConfig(results_dir=Path(results_dir), rerun=rerun, broadcast=broadcast)
+    if broadcast:
+        print(f"code generation: broadcast={broadcast} (selected apart from the default code)")
     t_bench = time.perf_counter()
     frame = run_microbench(mks, cfg, machine=m)
     benchmark_s = time.perf_counter() - t_bench
@@ -458,6 +471,7 @@ def command(
         cfg.cache,
         m,
         extra={"reading": reading, "timing": asdict(cfg.timing), "warmup_flops": cfg.warmup_flops},
+        broadcast=broadcast,
     )
     select_s = time.perf_counter() - t_sel
     n_reused = int(frame["reused"].sum()) if not frame.empty else 0

@@ -44,8 +44,14 @@ def selection_digest(selected: list[dict[str, int]] | None) -> str | None:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
-def selection_path(cache_dir: Path, fingerprint: str, isa: str, op: str = "conv2d") -> Path:
-    return Path(cache_dir) / f"microkernels-{fingerprint}-{isa}-{op}.json"
+def selection_path(
+    cache_dir: Path, fingerprint: str, isa: str, op: str = "conv2d", broadcast: str | None = None
+) -> Path:
+    """One file per machine, ISA and operator, and per code generation a search can ask for: with
+    ``codegen.broadcast=embedded`` other register tiles fit (issue 32), so they are measured and selected
+    apart (``-embedded``)."""
+    variant = f"-{broadcast}" if broadcast else ""
+    return Path(cache_dir) / f"microkernels-{fingerprint}-{isa}-{op}{variant}.json"
 
 
 _RECORD_KEYS = (
@@ -73,6 +79,7 @@ def save_selection(
     cache_dir: Path = Path("results/cache"),
     machine: machine_mod.Machine | None = None,
     extra: dict[str, Any] | None = None,
+    broadcast: str | None = None,
 ) -> Path:
     """Merge ``frame`` into the stored measurements of (machine, isa, op) and store the selection.
 
@@ -80,7 +87,7 @@ def save_selection(
     of them with ``threshold``. Written atomically.
     """
     m = machine or machine_mod.detect()
-    path = selection_path(cache_dir, m.fingerprint, isa, op)
+    path = selection_path(cache_dir, m.fingerprint, isa, op, broadcast)
     previous = json.loads(path.read_text()) if path.is_file() else {}
     measured: dict[str, dict[str, Any]] = {r["name"]: r for r in previous.get("measured", [])}
     mine = frame[(frame["op"] == op) & (frame["isa"] == isa)] if not frame.empty else frame
@@ -96,6 +103,7 @@ def save_selection(
         "model_name": m.model_name,
         "isa": isa,
         "op": op,
+        **({"broadcast": broadcast} if broadcast else {}),
         "threshold_pct": threshold,
         "updated": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         **(extra or {}),
@@ -128,11 +136,12 @@ def load_selection(
     op: str = "conv2d",
     cache_dir: Path = Path("results/cache"),
     machine: machine_mod.Machine | None = None,
+    broadcast: str | None = None,
 ) -> dict[str, Any] | None:
     """The stored record (threshold, measured set, selection) for this machine, or None."""
     m = machine or machine_mod.detect()
     isa = isa or m.best_isa or "avx2"
-    path = selection_path(cache_dir, m.fingerprint, isa, op)
+    path = selection_path(cache_dir, m.fingerprint, isa, op, broadcast)
     return json.loads(path.read_text()) if path.is_file() else None
 
 
@@ -142,15 +151,17 @@ def load_selected(
     cache_dir: Path = Path("results/cache"),
     machine: machine_mod.Machine | None = None,
     missing_ok: bool = False,
+    broadcast: str | None = None,
 ) -> list[Microkernel]:
     """The selected microkernels of this machine and ISA, best first (stored by ``harness microkernels``)."""
-    rec = load_selection(isa, op, cache_dir, machine)
+    rec = load_selection(isa, op, cache_dir, machine, broadcast)
     if rec is None:
         if missing_ok:
             return []
         m = machine or machine_mod.detect()
+        flag = f" --broadcast {broadcast}" if broadcast else ""
         raise FileNotFoundError(
-            f"no microkernel selection for {op} on {isa or m.best_isa} on this machine ({m.fingerprint}) "
-            f"in {cache_dir}: run `harness microkernels --isa {isa or 'auto'}` first"
+            f"no microkernel selection for {op} on {isa or m.best_isa}{flag} on this machine "
+            f"({m.fingerprint}) in {cache_dir}: run `harness microkernels --isa {isa or 'auto'}{flag}` first"
         )
     return [Microkernel.from_dict(d) for d in rec["selected"]]

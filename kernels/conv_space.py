@@ -26,7 +26,11 @@ Space knobs (``conf/space/conv_*.yaml``, section ``conv``), the options of issue
   (yolo9000_00: 50% of peak for the best of 100 uniform draws, 89% with c, r, s innermost);
 - ``pack_weights``: the probability (0 to 1) that a draw packs the weights into microkernel panels
   (``PackT_K[k/kf,r,s,c,k]``) above its outermost h or w loop (0, default: the thesis's space; issue 32:
-  +6 points on yolo9000_23 and yolo9000_18, whose weight rows are 113 KB and 4 KB apart).
+  +6 points on yolo9000_23 and yolo9000_18, whose weight rows are 113 KB and 4 KB apart);
+- ``panels_partial_k``: those panels also for a microkernel whose k tile ends masked (``partial: masked``;
+  the last panel's tail is never read). False (default): as the archived searches drew, so a resumed
+  search draws what it drew; issue 32 measured it on resnet18_12 (7 x 3 vectors, K = 512 = 10 x 48 + 32)
+  on an Intel Xeon: 64.0% of peak unpacked, 69.2% packed, oneDNN 3.2 69.8%.
 """
 
 from __future__ import annotations
@@ -172,6 +176,7 @@ class ConvSpace:
     # those panels outermost and kept across calls (codegen option constant=K), as the baselines keep their
     # converted weights; False: above the outermost h/w loop, copied on every call
     constant_weights: bool = False
+    panels_partial_k: bool = False  # the panels also when the k tile ends masked (False: the archived draws)
     parallel: int = 0  # threads of the §5.6/§6.2.1 rule (0: sequential): Tpar_{threads,d} outermost
     extra: tuple[tuple[str, int], ...] = field(default=())  # unused knobs kept for the record
 
@@ -207,7 +212,7 @@ class ConvSpace:
             p = conf.get(knob, 0.0)
             if isinstance(p, bool) or not isinstance(p, int | float) or not 0 <= p <= 1:
                 raise ConvSpaceError(f"space.conv.{knob} is a probability in [0, 1], got {p!r}")
-        for knob in ("lambda_remainder", "constant_weights"):
+        for knob in ("lambda_remainder", "constant_weights", "panels_partial_k"):
             if not isinstance(flag := conf.get(knob, False), bool):
                 raise ConvSpaceError(f"space.conv.{knob} is true or false, got {flag!r}")
         if conf.get("constant_weights") and conf.get("parallel"):
@@ -456,9 +461,9 @@ def _weights_in_panels(
     microkernel's kf output channels, each r x s x c x kf contiguous, as oneDNN's blocked weights), right
     above the outermost loop on h or w: the panels of the current k/c/r/s tile are copied once and read by
     every output row and column below. None when nothing on h or w loops above the microkernel (no reuse
-    to pay for the copy), when k is partial, or when the result is illegal."""
+    to pay for the copy), when k is partial (unless ``panels_partial_k``), or when the result is illegal."""
     at = panel_place([d for d, _ in outer])
-    if at is None or "k" in plan.partial_dims:
+    if at is None or not panels_fit(ctx, plan):
         return None
     pack = weights_panel(plan, ctx.lanes)
     atoms = [a for _, a in outer]
@@ -467,6 +472,12 @@ def _weights_in_panels(
     else:
         text = "[" + ", ".join([*head, *atoms[:at], pack, *atoms[at:], *suffix]) + "]"
     return text if ctx.legal(text) else None
+
+
+def panels_fit(ctx: Context, plan: Plan) -> bool:
+    """Whether the space packs the weights in panels for this plan: a k tile that ends masked only with
+    ``panels_partial_k``."""
+    return "k" not in plan.partial_dims or ctx.space.panels_partial_k
 
 
 def kept_weights(ctx: Context, text: str) -> bool:

@@ -280,3 +280,17 @@ def test_help_lists_each_plug_in_command_with_its_docstring_without_importing_it
     for name, module in plugin_modules().items():
         doc = (importlib.import_module(module).__doc__ or "").strip()
         assert listed[name] == (doc.splitlines()[0] if doc else ""), name
+
+
+def test_the_embedded_broadcast_sweep_is_the_levers_search_with_its_own_experiment_and_code() -> None:
+    """Every sweep file composes; ttile_conv_random_embedded is ttile_conv_random_levers's space and search
+    with broadcasts read by the FMAs, on AVX-512, under an experiment of its own (its rows apart)."""
+    from harness.config import composed
+
+    sweeps = sorted((ROOT / "conf" / "sweeps").glob("*.yaml"))
+    every = {p.stem: composed([f"+sweeps={p.stem}"]) for p in sweeps}
+    emb, lev = every["ttile_conv_random_embedded"], every["ttile_conv_random_levers"]
+    assert emb["experiment"] == "ttile_conv_random_embedded" != lev["experiment"]
+    assert emb["codegen"]["broadcast"] == "embedded" and lev["codegen"]["broadcast"] is None
+    assert emb["target"] == "avx512"
+    assert emb["space"] == lev["space"] and emb["search"] == lev["search"] and emb["timing"] == lev["timing"]

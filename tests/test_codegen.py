@@ -10,12 +10,13 @@ import ctypes
 import math
 import random
 import re
+import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from harness.build import CompilerConfig, build, compile_only
+from harness.build import CompilerConfig, build, compile_only, isa_flags
 from harness.check import CheckConfig
 from harness.machine import detect
 from kernels.candidate import Candidate, Workload, render
@@ -523,6 +524,17 @@ def test_panel_packs_equal_the_reference(tmp_path: Path, shared_cache: Path) -> 
     assert_all_ok([scheme(blocked, partial="masked")], w, tmp_path / "odd", shared_cache)
 
 
+def test_weight_panels_of_a_tile_whose_k_ends_masked_equal_the_reference(
+    tmp_path: Path, shared_cache: Path
+) -> None:
+    """The conv weights in panels of a 3-vector k tile on K = 3L + 5: the last panel holds 5 channels and
+    the masked microkernel reads only those (space.conv.panels_partial_k), copied each call or kept."""
+    c = conv(1, h=4, w=7, k=3 * L + 5, c=6, r=3, s=3)
+    text = f"[PackT_K[k/{3 * L},r,s,c,k], R_k, R_h, R_w, R_r, R_s, R_c, U_{{7,w}}, U_{{3,k}}, V_k]"
+    cands = [scheme(text, partial="masked"), scheme(text, partial="masked", constant="K")]
+    assert_all_ok(cands, c, tmp_path, shared_cache)
+
+
 def test_panels_of_a_row_major_source_go_through_the_panel_transpose(
     tmp_path: Path, shared_cache: Path
 ) -> None:
@@ -763,6 +775,69 @@ def test_prefetch_needs_an_output_dimension_and_the_tile_in_registers(options: d
     cand = scheme("[R_j, R_i, R_k, U_{3,i}, U_{2,j}, V_j]", "avx2", **options)
     with pytest.raises(SchemeError, match=rule):
         render(cand, mm(12, 32, 8))
+
+
+# -- broadcast operands read by the FMA (codegen option broadcast=embedded, issue 32) ------------------------
+def test_an_embedded_broadcast_reads_each_element_in_its_fma() -> None:
+    """No set1: every FMA of a broadcast operand names the element it reads (p0[off]), once per vector of
+    the other operand; the vector operand is still loaded once and shared; the 7 x 4 tile of resnet18_12
+    then compiles with no zmm register spilled (the set1 form needs 33 of the 32)."""
+    w = conv(1, h=7, w=7, k=64, c=16, r=3, s=3)
+    text = "[R_h, R_r, R_s, R_c, U_{7,w}, U_{4,k}, V_k]"
+    lines = _lines(text, w, "avx512", broadcast="embedded")
+    fmas = _index(lines, r"acc\d+ = ttile_fmadd_bcst\(b\d+, &p0\[\d+\], acc\d+\);")
+    assert len(fmas) == 28 and not _index(lines, r"_mm512_set1_ps|_mm512_fmadd_ps")
+    assert len(_index(lines, r"const __m512 b\d+ = _mm512_loadu_ps\(p1")) == 4
+    elements = {re.search(r"&p0\[(\d+)\]", lines[n])[1] for n in fmas}  # type: ignore[index]
+    assert len(elements) == 7  # the 7 pixels of the row, each read by its 4 FMAs
+    plain = _lines(text, w, "avx512")
+    assert len(_index(plain, r"_mm512_set1_ps")) == 7 and not _index(plain, r"ttile_fmadd_bcst")
+
+    def zmm_spills(code: str) -> int:
+        """Stack accesses of zmm registers in the assembly gcc makes of ``code`` (the harness's flags)."""
+        cc = CompilerConfig()
+        cmd = [cc.cc, *cc.opt_flags, *isa_flags("avx512"), "-x", "c", "-S", "-o", "-", "-"]
+        asm = subprocess.run(cmd, input=code, capture_output=True, text=True, check=True).stdout
+        return sum("%zmm" in line and "(%rsp)" in line for line in asm.splitlines())
+
+    big = conv(1, h=7, w=7, k=512, c=512, r=3, s=3)  # resnet18_12
+    tile = "[T_{3,s}, T_{3,r}, R_k, R_h, R_w, T_{512,c}, U_{7,w}, U_{4,k}, V_k]"
+    assert zmm_spills(render(scheme(tile, "avx512", broadcast="embedded"), big).code) == 0
+    assert zmm_spills(render(scheme(tile, "avx512"), big).code) > 0  # the test can fail: set1 spills
+
+
+@pytest.mark.parametrize(
+    ("target", "options", "rule"),
+    [
+        ("avx2", {"broadcast": "embedded"}, "needs AVX-512"),
+        ("avx512", {"broadcast": "embedded", "fma": False}, "needs fma=true"),
+        ("avx512", {"broadcast": "register"}, "allowed: embedded"),
+    ],
+)
+def test_an_embedded_broadcast_needs_an_avx512_fma(target: str, options: dict, rule: str) -> None:
+    with pytest.raises(SchemeError, match=rule):
+        render(scheme("[R_j, R_i, R_k, U_{3,i}, U_{2,j}, V_j]", target, **options), mm(12, 64, 8))
+
+
+def test_embedded_broadcasts_change_no_result(tmp_path: Path, shared_cache: Path) -> None:
+    """Matmul and conv (stride 1 and 2), hoisted or not, with masked partial tiles and packed weights:
+    every output point checked."""
+    if "avx512" not in detect().isas:
+        pytest.skip(f"this CPU ({detect().model_name}) cannot execute AVX-512")
+    opts = {"target": "avx512", "broadcast": "embedded", "partial": "masked"}
+    m = mm(23, 2 * 16 + 3, 19)
+    cands = [
+        scheme("[R_j, R_i, R_k, U_{6,i}, U_{2,j}, V_j]", **opts),
+        scheme("[R_j, R_i, R_k, U_{6,i}, U_{2,j}, V_j]", hoist=False, **opts),
+        scheme("[PackT_A[k,i], R_j, R_i, R_k, U_{4,i}, U_{2,j}, V_j]", **opts),
+    ]
+    for row in run_candidates(cands, m, tmp_path / "mm", shared_cache, FULL):
+        assert row["status"] == "ok" and row["check_passed"], (row["label"], row["reason"][:300])
+    for stride in (1, 2):
+        c = conv(stride, h=7, w=9, k=3 * 16 + 5, c=5, r=3, s=3)
+        text = "[PackT_K[k/32,r,s,c,k], R_k, R_h, R_w, R_r, R_s, R_c, U_{7,w}, U_{2,k}, V_k]"
+        (row,) = run_candidates([scheme(text, **opts)], c, tmp_path / f"cv{stride}", shared_cache, FULL)
+        assert row["status"] == "ok" and row["check_passed"], row["reason"][:300]
 
 
 # -- constant inputs (codegen option constant, issue 32) -----------------------------------------------------

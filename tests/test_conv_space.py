@@ -315,6 +315,25 @@ def test_constant_weights_pack_the_whole_weights_outermost_and_keep_them() -> No
         cs.ConvSpace.from_config({"constant_weights": True, "parallel": 2})
 
 
+def test_panels_for_a_masked_k_tile_only_with_their_knob() -> None:
+    """A 3-vector k tile on K = 40 (AVX2: 24 + a masked 16) ends masked: the draws never pack its weights
+    unless space.conv.panels_partial_k (the archived searches drew without); with it they do, in panels of
+    the tile's 3 vectors (and every draw is legal: cs.draw checks)."""
+    w = Workload.make("cv", "conv2d", {"h": 4, "w": 6, "k": 40, "c": 8, "r": 3, "s": 3})
+    plans = [cs.Plan((("k", 3), ("w", 3)), partial_dims=("k",))]
+
+    def draws(**knobs: object) -> list[str]:
+        space = cs.ConvSpace(pack_weights=1.0, partial="masked", **knobs)  # type: ignore[arg-type]
+        ctx, rng = cs.Context(space, w, "avx2", plans), random.Random(5)
+        return [cs.draw(ctx, "random", rng)[0] for _ in range(60)]
+
+    assert not any("PackT" in t for t in draws())
+    packed = [t for t in draws(panels_partial_k=True) if "PackT" in t]
+    assert len(packed) > 30 and all("PackT_K[k/24,r,s,c,k]" in t for t in packed)
+    with pytest.raises(cs.ConvSpaceError, match="panels_partial_k is true or false"):
+        cs.ConvSpace.from_config({"panels_partial_k": 1})
+
+
 def test_fixed_permutation_is_level_by_level() -> None:
     ctx = _toy(64, 4, cs.ConvSpace(permutation="fixed", fixed_order=("k", "h", "w", "c", "r", "s")))
     rng = random.Random(2)

@@ -473,7 +473,8 @@ def test_refine_figure_compares_what_each_run_gained_after_the_shared_draws(tmp_
     assert figure(66.0).verdict == "differs"  # no better than the random draws after the shared ones
 
 
-@pytest.mark.parametrize("name", ["ttile_conv_remainder", "ttile_conv_directed", "ttile_conv_masked"])
+@pytest.mark.parametrize("name", ["ttile_conv_remainder", "ttile_conv_directed", "ttile_conv_masked",
+                                  "ttile_conv_levers_refine"])  # fmt: skip
 def test_lever_figure_divides_each_runs_ratio_to_its_own_onednn(name: str, tmp_path) -> None:  # noqa: ANN001
     """With the lever the best reaches 1.10 of its run's oneDNN where the run without reached 1.00, on a
     day the host ran everything at half speed: the figure compares the ratios (x1.10), not the days."""
@@ -483,7 +484,7 @@ def test_lever_figure_divides_each_runs_ratio_to_its_own_onednn(name: str, tmp_p
 
     without, with_ = fig.LEVERS[name]
     draw = {"ttile_conv_remainder": fig.remainder, "ttile_conv_directed": fig.directed,
-            "ttile_conv_masked": fig.masked}[name]  # fmt: skip
+            "ttile_conv_masked": fig.masked, "ttile_conv_levers_refine": fig.levers_refine}[name]  # fmt: skip
 
     def figure(with_ratio: float, slow: float = 0.5):  # noqa: ANN202
         parts = []

@@ -341,7 +341,11 @@ def test_heatmap_from_synthetic_frame(tmp_path: Path) -> None:
 def test_cli_rejects_unknown_isa_and_reading(capsys: pytest.CaptureFixture[str]) -> None:
     from harness.cli import main
 
-    for argv in (["microkernels", "--isa", "avx9"], ["microkernels", "--reading", "nope"]):
+    for argv in (
+        ["microkernels", "--isa", "avx9"],
+        ["microkernels", "--reading", "nope"],
+        ["microkernels", "--isa", "avx2", "--broadcast", "embedded"],  # no FMA broadcasts from memory
+    ):
         with pytest.raises(SystemExit) as exc:
             main(argv)
         assert exc.value.code == 2
@@ -355,8 +359,14 @@ def test_cli_draws_fig5_2_under_the_results_it_was_given(
     from harness import microbench
     from harness.cli import main
 
-    seen: list[Path] = []
-    monkeypatch.setattr(microbench, "command", lambda *args: seen.append(args[6]))
+    seen: list[tuple[Path, str | None]] = []
+    monkeypatch.setattr(microbench, "command", lambda *a, **kw: seen.append((a[6], kw.get("broadcast"))))
     main(["microkernels", "--results", str(tmp_path)])
     main(["microkernels", "--results", str(tmp_path), "--out", str(tmp_path / "elsewhere.png")])
-    assert seen == [tmp_path / "figures" / "ttile_fig5_2.png", tmp_path / "elsewhere.png"]
+    main(["microkernels", "--results", str(tmp_path), "--broadcast", "embedded"])  # a selection of its own
+    figures = tmp_path / "figures"
+    assert seen == [
+        (figures / "ttile_fig5_2.png", None),
+        (tmp_path / "elsewhere.png", None),
+        (figures / "ttile_fig5_2-embedded.png", "embedded"),
+    ]

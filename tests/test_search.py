@@ -19,7 +19,7 @@ from harness.experiment import Experiment, run_experiment
 from harness.sanity import SanityConfig
 from harness.search import STRATEGIES, Problem, SearchConfig, SearchError, make_strategy
 from harness.search.model import metric_for
-from kernels.candidate import Workload
+from kernels.candidate import Candidate, Workload
 from tests.conftest import FAST_TIMING, run_candidates
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -412,6 +412,29 @@ def test_a_conv_search_without_this_machines_selection_says_it_uses_the_fallback
     assert not _falls_back(exp, m)
 
 
+def test_a_search_with_embedded_broadcasts_reads_the_selection_measured_with_them(tmp_path: Path) -> None:
+    """codegen.broadcast=embedded fits other register tiles: its selection is a file of its own, and a
+    search with that option reads it (and only it)."""
+    import dataclasses
+
+    from harness import machine as machine_mod
+    from harness.experiment import _falls_back, _selected_microkernels
+    from harness.selection import selection_path
+    from kernels.microkernels import make_conv
+
+    m = machine_mod.detect()
+    plain = _experiment(tmp_path, tmp_path / "cache", "random", 1)
+    embedded = dataclasses.replace(plain, base_options={**OPTIONS, "broadcast": "embedded"})
+    path = selection_path(plain.cache_dir, m.fingerprint, TARGET, "conv2d", "embedded")
+    assert path.name == f"microkernels-{m.fingerprint}-{TARGET}-conv2d-embedded.json"
+    assert path != selection_path(plain.cache_dir, m.fingerprint, TARGET)
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"selected": [make_conv(TARGET, w=7, k=4).to_dict()]}))
+    assert _selected_microkernels(embedded, m) == [dict(make_conv(TARGET, w=7, k=4).size)]
+    assert not _falls_back(embedded, m)
+    assert _selected_microkernels(plain, m) is None and _falls_back(plain, m)
+
+
 # -- refine: random draws, then mutations of the best -------------------------------------------------------
 PRIORS = {"combination": "both", "reduction_inner": 0.5, "pack_weights": 0.5}
 TWO_PLANS = Workload.make("tiny12", "conv2d", {"h": 4, "w": 12, "k": 16, "c": 8, "r": 3, "s": 3})
@@ -535,6 +558,88 @@ def test_refine_shares_the_random_draws_then_mutates_only_the_best(monkeypatch: 
     strat.tell(winner, 95.0)  # a child better than its parent is the next parent
     strat.ask(1)
     assert parents[-1] == winner.text
+
+
+def test_the_plan_of_a_drawn_scheme_is_read_back_from_its_text() -> None:
+    """refine's seeds come as texts (another search's winners): their plan, microkernel and λ_seq cover, is
+    the one they were drawn on; a scheme of no plan of the space has none."""
+    import random
+
+    from harness.search import refine
+    from harness.search._conv import conv_context
+    from kernels.conv_space import draw
+
+    for conv in (PRIORS, {**PRIORS, "partial": "masked", "lambda_remainder": True}):
+        ctx = conv_context(problem({**SPACE, "conv": conv}, workload=TWO_PLANS))
+        rng = random.Random(1)
+        for _ in range(40):
+            text, plan = draw(ctx, "random", rng)
+            assert refine.plan_of(ctx, text) == plan, text
+    ctx = conv_context(problem({**SPACE, "conv": PRIORS}, workload=TWO_PLANS))
+    assert refine.plan_of(ctx, "[R_h, R_w, R_k, R_c, R_r, R_s, U_{16,k}, V_k]") is None
+
+
+def test_the_pack_mutation_places_the_panels_where_the_draws_do() -> None:
+    """With constant_weights the draws pack the whole weights outermost and keep them (constant=K): the
+    pack mutation does the same, so a refined scheme is not charged a copy per call that the draws'
+    schemes do not pay; without it, above the outermost h or w loop."""
+    import random
+
+    from harness.search import refine
+    from harness.search._conv import candidate, conv_context
+    from kernels.conv_space import draw
+    from kernels.scheme import parse_scheme
+
+    for kept in (True, False):
+        prob = problem({**SPACE, "conv": {**PRIORS, "constant_weights": kept}}, workload=TWO_PLANS)
+        ctx = conv_context(prob)
+        rng = random.Random(2)
+        packed = 0
+        for _ in range(30):
+            text, plan = draw(ctx, "random", rng)
+            if "PackT" in text:
+                continue
+            child = refine.MUTATIONS["pack"](ctx, refine.Nest.of(text, plan), rng)
+            if child is None:
+                continue
+            atoms = parse_scheme(child.text())
+            at = next(i for i, a in enumerate(atoms) if a.kind == "PackT")
+            if kept:
+                assert at == 0 and dict(candidate(prob, ctx, child.text()).options).get("constant") == "K"
+            else:
+                assert atoms[at + 1].dim in ("h", "w") and all(a.dim not in ("h", "w") for a in atoms[:at])
+            packed += 1
+        assert packed > 5
+
+
+def test_refine_from_seeds_measures_them_first_then_mutates_the_best() -> None:
+    """params.seeds: the space's schemes (another search's winners, through space.best_of) are the first
+    proposals, with their own options; with explore 0 every proposal after them mutates the best."""
+    import random
+
+    from harness.search._conv import conv_context
+    from kernels.conv_space import draw
+
+    base = problem({**SPACE, "conv": PRIORS}, workload=TWO_PLANS)
+    ctx = conv_context(base)
+    rng = random.Random(7)
+    texts = list(dict.fromkeys(draw(ctx, "random", rng)[0] for _ in range(3)))
+    seeds = [Candidate("scheme", t, tuple(sorted({**OPTIONS, "seeded": 1}.items()))) for t in texts]
+    lib = Candidate("baseline", "onednn")
+    prob = Problem(TWO_PLANS, base.space, TARGET, OPTIONS, [lib, *seeds], None)
+    params = {"seeds": True, "explore": 0, "top": 1, "restart": 0}
+    strat = make_strategy(prob, SearchConfig("refine", 20, 3, params=params))
+    first = strat.ask(len(seeds))
+    assert first == seeds  # the very candidates, options and all
+    for n, c in enumerate(first):
+        strat.tell(c, 90.0 if n == 1 else 10.0)
+    kids = strat.ask(4)
+    assert len(kids) == 4 and not {k.key for k in kids} & {s.key for s in seeds}
+    assert all(ctx.legal(k.text) for k in kids)
+    with pytest.raises(SearchError, match="seeds"):
+        make_strategy(base, SearchConfig("refine", 5, 0, params={"seeds": True}))  # nothing to start from
+    with pytest.raises(SearchError, match="seeds"):
+        make_strategy(base, SearchConfig("refine", 5, 0, params={"seeds": "yes"}))
 
 
 def test_refine_end_to_end_checked_and_resumed(tmp_path: Path, shared_cache: Path) -> None:

@@ -17,7 +17,12 @@ where it packs), and is one of:
   at the same places;
 - ``pack``: the weights' panel packing added or removed (spaces with ``space.conv.pack_weights`` > 0);
 
-and two directed ones, off unless ``search.params.mutations`` lists them (the default list is the seven
+With ``seeds: true`` the run starts from the schemes of its space instead of fresh draws (with
+``space.best_of`` those are another search's winners, e.g. the best 4 of ``ttile_conv_random_levers``): they
+are measured first, in this experiment, then ``explore`` draws, then the mutations. The refined winner is
+so compared with the winners it started from in the same rounds, and a 1000-draw search is not drawn again.
+
+And two directed ones, off unless ``search.params.mutations`` lists them (the default list is the seven
 above, so the archived refine runs draw the same proposals from the same seed):
 
 - ``tile``: another *register tile* of the space, then one of its plans: ``plan`` draws uniformly among
@@ -47,13 +52,16 @@ from kernels.conv_space import (
     factorizations,
     level_order,
     panel_place,
+    panels_fit,
     reductions_inner,
     weights_panel,
 )
 from kernels.scheme import Atom, parse_scheme
 
 PLAIN = ("merge", "move", "pack", "plan", "shift", "split", "swap")  # the mutations of the archived runs
-DEFAULTS = {"sampler": "random", "explore": 50, "top": 4, "restart": 0.1, "mutations": list(PLAIN)}
+DEFAULTS = {
+    "sampler": "random", "explore": 50, "top": 4, "restart": 0.1, "mutations": list(PLAIN), "seeds": False,
+}  # fmt: skip
 LOOPS = ("T", "R", "lambda_seq")  # the loops a plan mutation refactors (and the whole-dimension atoms)
 TILE = "T"  # the only tile kind a mutation resizes (Texct/Tvar chains of free sizes are moved, not resized)
 
@@ -95,6 +103,8 @@ def _params(cfg: SearchConfig) -> dict:
             f"search.params.mutations must be a non-empty list of {', '.join(sorted(MUTATIONS))}; got {ops!r}"
         )
     params["mutations"] = [str(op) for op in ops]
+    if not isinstance(params["seeds"], bool):
+        raise SearchError(f"search.params.seeds is true or false, got {params['seeds']!r}")
     r = params["restart"]
     if isinstance(r, bool) or not isinstance(r, int | float) or not 0 <= r <= 1:
         raise SearchError(f"search.params.restart is a probability in [0, 1], got {r!r}")
@@ -246,12 +256,15 @@ def _replan(ctx: Context, nest: Nest, new: Plan, rng: random.Random) -> Nest | N
 
 
 def _pack(ctx: Context, nest: Nest, rng: random.Random) -> Nest | None:
-    """Toggle the weights' panel packing above the outermost h or w loop (kernels.conv_space's place)."""
+    """Toggle the weights' panel packing where the space's draws put it (kernels.conv_space): above the
+    outermost h or w loop, or above every loop with ``constant_weights``."""
     if any(_is_panel(a) for a in nest.outer):
         return replace(nest, outer=tuple(a for a in nest.outer if not _is_panel(a)))
     at = panel_place([a.dim for a in nest.outer])
-    if at is None or "k" in nest.plan.partial_dims:
+    if at is None or not panels_fit(ctx, nest.plan):
         return None
+    if ctx.space.constant_weights:  # as the draws place them: the whole tensor's panels, kept across calls
+        at = 0
     pack = parse_scheme(f"[{weights_panel(nest.plan, ctx.lanes)}]")[0]
     return replace(nest, outer=(*nest.outer[:at], pack, *nest.outer[at:]))
 
@@ -309,6 +322,20 @@ def mutate(
     return None
 
 
+def plan_of(ctx: Context, text: str) -> Plan | None:
+    """The plan of the space a scheme was drawn on: its microkernel suffix (and λ_seq cover) read back from
+    the text. None when no plan of ``ctx`` fits (another space's microkernel set, or not a drawn scheme)."""
+    atoms = [a.text() for a in parse_scheme(text)]
+    for plan in ctx.plans:
+        suffix = plan.suffix()
+        if atoms[-len(suffix) :] != suffix:
+            continue
+        whole = ctx.whole_atoms(plan)
+        if all(a in atoms for a in whole.values()):
+            return plan
+    return None
+
+
 class Refine(Strategy):
     """Random draws, then mutations of the best measured so far."""
 
@@ -323,6 +350,20 @@ class Refine(Strategy):
         self.proposed = 0
         self.plans: dict[str, tuple[str, Plan]] = {}  # key -> (scheme text, plan)
         self.perf: dict[str, float] = {}
+        self.seeds: list[Candidate] = []  # the space's schemes to start from (params.seeds)
+        if self.params["seeds"]:
+            for c in problem.candidates:
+                plan = plan_of(self.ctx, c.text) if c.kind == "scheme" else None
+                if plan is not None and c.key not in self.draws.seen:
+                    self.draws.seen.add(c.key)
+                    self.plans[c.key] = (c.text, plan)
+                    self.seeds.append(c)
+            if not self.seeds:
+                raise SearchError(
+                    "search.params.seeds: the space has no scheme drawn on its own plans to start from (give "
+                    "space.best_of another search of the same space, or space.schemes)"
+                )
+        self.n_seeds = len(self.seeds)
 
     def _draw(self) -> Candidate | None:
         c = self.draws.next()
@@ -349,7 +390,12 @@ class Refine(Strategy):
     def ask(self, n: int) -> list[Candidate]:
         out: list[Candidate] = []
         for _ in range(n):
-            c = self._draw() if self.proposed < self.params["explore"] else self._child()
+            if self.seeds:
+                c: Candidate | None = self.seeds.pop(0)
+            elif self.proposed < self.n_seeds + self.params["explore"]:
+                c = self._draw()
+            else:
+                c = self._child()
             if c is None:
                 break
             self.proposed += 1

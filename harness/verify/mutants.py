@@ -230,7 +230,10 @@ def fma_wrong_accumulator(code: str) -> str:
     return _splice(code, m.start(), m.end(), line)
 
 
-_FMADD = re.compile(r"^(?P<fn>_mm\d*_fmadd_ps)\((?P<a>\w+), (?P<b>\w+), (?P<c>acc\d+)\)$")
+# acc3 = _mm256_fmadd_ps(a1, b1, acc3);  acc3 = ttile_fmadd_bcst(b1, &p0[512], acc3);  (broadcast=embedded)
+_FMADD = re.compile(
+    r"^(?P<fn>_mm\d*_fmadd_ps|ttile_fmadd_bcst)\((?P<a>\w+), (?P<b>&?\w+(?:\[\d+\])?), (?P<c>acc\d+)\)$"
+)
 _MULADD = re.compile(r"^(?P<add>_mm\d*_add_ps)\((?P<c>acc\d+), (?P<mul>_mm\d*_mul_ps\(\w+, \w+\))\)$")
 
 
@@ -850,7 +853,8 @@ def demo_kernels(target: str) -> list[DemoKernel]:
     mutated update of that vector changed nothing), a λ_seq matmul (52 = 6x6 + 4x4 rows, with a k
     unroll) and a matmul whose A is transposed into a workspace buffer by PackT (k = 37: full
     in-register blocks and a scalar rest) and one whose A is packed in panels of 6 rows (70 = 11 x 6 +
-    4: a partial last panel), and the BLIS-like matmul again with its next output tile prefetched."""
+    4: a partial last panel), and the BLIS-like matmul again with its next output tile prefetched; on
+    AVX-512 the conv microkernel again with its broadcasts embedded in the FMAs (codegen.broadcast)."""
 
     def cand(text: str, **opts: object) -> Candidate:
         return Candidate("scheme", text, tuple(sorted({"target": target, **opts}.items())))
@@ -905,6 +909,19 @@ def demo_kernels(target: str) -> list[DemoKernel]:
             "matmul_prefetch",
             cand("[R_j, R_i, T_{32,k}, U_{6,i}, U_{2,j}, V_j]", prefetch="i"),
             Workload.make("matmul_96x64x32_pf", "matmul", {"i": 96, "j": 64, "k": 32}),
+        ),
+        *(  # the conv microkernel with its FMAs reading the broadcast from memory (AVX-512 only)
+            [
+                DemoKernel(
+                    "conv_embedded",
+                    cand("[R_k, R_h, R_w, R_r, R_s, R_c, U_{6,w}, U_{2,k}, V_k]", broadcast="embedded"),
+                    Workload.make(
+                        "conv_12_eb", "conv2d", {"h": 12, "w": 12, "k": 64, "c": 64, "r": 3, "s": 3}
+                    ),
+                )
+            ]
+            if target == "avx512"
+            else []
         ),
     ]
 

@@ -37,6 +37,7 @@ class Emitter:
     external_sites: list[str] = field(default_factory=list)  # file-scope declarations of the call sites
     prefetch: tuple[tuple[str, str], ...] = ()  # (tensor, dimension) pairs of the option prefetch
     constant: frozenset[str] = frozenset()  # inputs of the option constant: their outermost pack is kept
+    embedded: bool = False  # option broadcast=embedded: FMAs read their broadcast operand from memory
 
     def __post_init__(self) -> None:
         # how each tensor (ABI order) is addressed here: itself, or the buffer of an enclosing Pack

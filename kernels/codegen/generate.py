@@ -5,7 +5,14 @@ with its flags, libraries and workspace."""
 from __future__ import annotations
 
 from kernels.candidate import Candidate, KernelSource, Workload
-from kernels.codegen.legality import analyze_for, constants, external_atom, hoist_position, prefetches
+from kernels.codegen.legality import (
+    analyze_for,
+    constants,
+    embedded_broadcast,
+    external_atom,
+    hoist_position,
+    prefetches,
+)
 from kernels.codegen.loops import LoopNest
 from kernels.codegen.microkernel import Microkernel
 from kernels.codegen.packing import Packing
@@ -28,11 +35,14 @@ def generate(
     fma: bool = True,
     prefetch: str | None = None,
     constant: str | None = None,
+    broadcast: str | None = None,
 ) -> tuple[str, int]:
     """C source of the kernel and the workspace bytes its packing buffers need. ``prefetch``: the option's
     items (:func:`prefetches`); where the output tile is loaded into registers, the tiles of the next step
     along their dimensions are prefetched (needs the accumulators hoisted). ``constant``: the option's
-    inputs (:func:`constants`), whose outermost pack is copied only on a call with a new buffer of them."""
+    inputs (:func:`constants`), whose outermost pack is copied only on a call with a new buffer of them.
+    ``broadcast``: ``embedded`` lets each FMA read its broadcast operand from memory
+    (:func:`embedded_broadcast`)."""
     op = workload.op
     hoist_at = hoist_position(an, op) if (hoist or an.scalp_position is not None) else None
     ext = external_atom(an)
@@ -44,8 +54,18 @@ def generate(
             "prefetch", "prefetch needs the output tile in registers (hoist=true, no external call)"
         )
     kept = constants(constant, op)
+    embedded = embedded_broadcast(broadcast, target, fma)
     gen = Generator(
-        an, op, workload, target, an.vector_dim is not None, hoist_at, fma, prefetch=pairs, constant=kept
+        an,
+        op,
+        workload,
+        target,
+        an.vector_dim is not None,
+        hoist_at,
+        fma,
+        prefetch=pairs,
+        constant=kept,
+        embedded=embedded,
     )
     gen.depth = 1
     env: dict[str, tuple[str, int | str]] = {d: ("0", workload.size[d]) for d in op.dims}
@@ -60,6 +80,7 @@ def generate(
         f"/* target   : {target.name} ({target.lanes} lanes), fma={fma}, hoist={hoist}"
         + (f", prefetch={prefetch}" if prefetch else "")
         + (f", constant={constant}" if constant else "")
+        + (f", broadcast={broadcast}" if broadcast else "")
         + " */",
         "#include <immintrin.h>",
         *(["#include <omp.h>"] if gen.parallel else []),
@@ -103,6 +124,7 @@ def render_scheme(candidate: Candidate, workload: Workload) -> KernelSource:
     hoist = bool(candidate.option("hoist", True))
     prefetch = candidate.option("prefetch", None)
     constant = candidate.option("constant", None)
+    broadcast = candidate.option("broadcast", None)
     padded = workload
     if partial == "padded":
         try:
@@ -121,6 +143,7 @@ def render_scheme(candidate: Candidate, workload: Workload) -> KernelSource:
             fma=fma,
             prefetch=None if prefetch is None else str(prefetch),
             constant=None if constant is None else str(constant),
+            broadcast=None if broadcast is None else str(broadcast),
         )
     except SchemeError as exc:  # a rule only code generation can check (external-flexible, ...)
         raise as_written(exc, an.scheme) from None

@@ -1,6 +1,6 @@
 """What code generation checks before it emits anything: the scheme's legality on a workload for a target
 (thesis §3's rules plus those of the external microkernels and of vectorized reductions), where output
-accumulators are hoisted, and the option ``prefetch``."""
+accumulators are hoisted, and the options ``prefetch``, ``constant`` and ``broadcast``."""
 
 from __future__ import annotations
 
@@ -100,6 +100,22 @@ def constants(spec: str | None, op: Operator) -> frozenset[str]:
         if name == tensors[0]:
             raise SchemeError("constant", f"constant={spec!r}: {name} is the output, written on every call")
     return frozenset(names)
+
+
+def embedded_broadcast(spec: str | None, target: Target, fma: bool) -> bool:
+    """The option ``broadcast``: unset, a broadcast operand is loaded once into a register (set1) and
+    shared by the FMAs that use it; ``embedded``, every FMA reads it from memory itself (an AVX-512 FMA with
+    an EVEX embedded broadcast: one register fewer per tile, one load per FMA)."""
+    if spec is None:
+        return False
+    if spec != "embedded":
+        why = f"broadcast={spec!r} is not allowed; allowed: embedded (unset: the broadcast in a register)"
+        raise SchemeError("broadcast", why)
+    if not target.fmadd_bcst:
+        raise SchemeError("broadcast", f"broadcast=embedded needs AVX-512 (an EVEX FMA), not {target.name}")
+    if not fma:
+        raise SchemeError("broadcast", "broadcast=embedded is an FMA reading memory: it needs fma=true")
+    return True
 
 
 def prefetches(spec: str | None, op: Operator) -> list[tuple[str, str]]:

@@ -1,6 +1,7 @@
 """The unrolled suffix of a scheme (U, Uλ, V) as one straight-line block: accumulators (hoisted above the
 innermost reduction loops, §4.3, or loaded and stored in every block), operands loaded where first used,
-FMAs (or mul then add, for the ablation); partial microkernels chosen outside the block (a switch per
+FMAs (or mul then add, for the ablation; or with the broadcast operand read from memory, the option
+broadcast=embedded); partial microkernels chosen outside the block (a switch per
 extent, a masked vector remainder: thesis Fig 5.4); the prefetch of the next tiles; an external
 microkernel's call in its place."""
 
@@ -270,6 +271,9 @@ class Microkernel(Emitter):
                 # part of what was loaded
                 mask = self.masks.get(voff) if self.uses_vector(acc) else None
                 key = (n, self.views[n + 1].offset(acc, off), mask)
+                if self.embedded and self.vectorized and not self.uses_vector(acc):
+                    names.append(f"&{ptrs[n]}[{key[1]}]")  # read by the FMA itself (option broadcast)
+                    continue
                 if key not in operands:
                     name = f"{'ab'[n]}{len([k for k in operands if k[0] == n])}"
                     expr = self.load(acc, ptrs[n], key[1], voff)
@@ -280,6 +284,10 @@ class Microkernel(Emitter):
             a, b = names
             if not self.vectorized:
                 self.line(f"{acc_name} += {a} * {b};")
+            elif self.embedded and (a.startswith("&") or b.startswith("&")):
+                vec, elem = (b, a) if a.startswith("&") else (a, b)
+                self.helpers.setdefault(t.fmadd_bcst, t.fmadd_bcst_def)
+                self.line(f"{acc_name} = {t.fmadd_bcst}({vec}, {elem}, {acc_name});")
             elif self.fma:
                 self.line(f"{acc_name} = {t.fmadd}({a}, {b}, {acc_name});")
             else:

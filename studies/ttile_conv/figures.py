@@ -20,6 +20,8 @@ Figures (one per machine fingerprint; claims in claims.yaml here):
   against the remainder run's plain ones (issue 32);
 - ``ttile_conv_masked``: the remainder run's space with partial register tiles masked against the
   remainder run (issue 32);
+- ``ttile_conv_levers_refine``: mutations of the best 4 of the levers search against that search's best
+  of 1000 (issue 32's refinement stage after random sampling);
 - ``ttile_fig6_5``: the best parallel candidate vs the best sequential one and oneDNN on 1 and 2 threads.
 
 Performance is the median % of the calibrated peak of each candidate (harness.analysis.summarize); failed
@@ -973,6 +975,11 @@ LEVERS: dict[str, dict[str, str]] = {
         "λ_seq covers only": "ttile_conv_remainder",
         "with masked tails": "ttile_conv_masked",
     },
+    # the refinement stage after the levers search: 196 mutations of its best 4 (search.params.seeds)
+    "ttile_conv_levers_refine": {
+        "random, best of 1000": "ttile_conv_random_levers",
+        "refined from its best 4": "ttile_conv_levers_refine",
+    },
 }
 REMAINDER = LEVERS["ttile_conv_remainder"]
 
@@ -990,6 +997,11 @@ def directed(ctx: FigureContext) -> list[PaperFigure]:
 def masked(ctx: FigureContext) -> list[PaperFigure]:
     """Issue 32: do masked partial tiles (oneDNN's 3 x 4-vector tile with a 1-wide tail on w = 7) help?"""
     return _lever(ctx, "ttile_conv_masked")
+
+
+def levers_refine(ctx: FigureContext) -> list[PaperFigure]:
+    """Issue 32: does refining the levers search's best 4 (196 mutations) beat its best of 1000 draws?"""
+    return _lever(ctx, "ttile_conv_levers_refine")
 
 
 def _alone(table: pd.DataFrame) -> pd.DataFrame:
@@ -1226,4 +1238,4 @@ def parallel(ctx: FigureContext) -> list[PaperFigure]:
 
 FIGURES: list[Any] = [histograms, expect_curves, best_vs_onednn, convergence, single_vs_all, divisibility,
                       fixed_permutation, strategies, refine, remainder, directed, masked,
-                      goal, parallel]  # fmt: skip
+                      levers_refine, goal, parallel]  # fmt: skip
