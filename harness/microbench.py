@@ -56,6 +56,7 @@ from harness.selection import (
 )
 from kernels import microkernels as mkmod
 from kernels.candidate import Candidate, KernelSource, Workload, render
+from kernels.codegen.legality import embedded_broadcast
 from kernels.microkernels import Microkernel
 from kernels.operators import make_operator
 from kernels.targets import get_target
@@ -424,8 +425,7 @@ def command(
             raise ValueError(f"this CPU ({m.model_name}) has neither AVX2+FMA nor AVX-512; give --isa")
         isa = m.best_isa
     data = mkmod.isa_data(isa)  # unknown ISA: ValueError naming the known ones
-    if broadcast and not get_target(isa).fmadd_bcst:
-        raise ValueError(f"--broadcast {broadcast} needs an FMA that broadcasts from memory: --isa avx512")
+    embedded_broadcast(broadcast, get_target(isa), fma=True)  # its own rule; SchemeError is a ValueError
     reading = reading or mkmod.default_reading(isa)
     if reading not in data["conv"]["readings"]:
         raise ValueError(f"unknown reading {reading!r}; known: {', '.join(data['conv']['readings'])}")

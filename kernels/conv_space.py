@@ -462,8 +462,8 @@ def _weights_in_panels(
     above the outermost loop on h or w: the panels of the current k/c/r/s tile are copied once and read by
     every output row and column below. None when nothing on h or w loops above the microkernel (no reuse
     to pay for the copy), when k is partial (unless ``panels_partial_k``), or when the result is illegal."""
-    at = panel_place([d for d, _ in outer])
-    if at is None or not panels_fit(ctx, plan):
+    at = panel_at(ctx, plan, [d for d, _ in outer])
+    if at is None:
         return None
     pack = weights_panel(plan, ctx.lanes)
     atoms = [a for _, a in outer]
@@ -474,10 +474,15 @@ def _weights_in_panels(
     return text if ctx.legal(text) else None
 
 
-def panels_fit(ctx: Context, plan: Plan) -> bool:
-    """Whether the space packs the weights in panels for this plan: a k tile that ends masked only with
-    ``panels_partial_k``."""
-    return "k" not in plan.partial_dims or ctx.space.panels_partial_k
+def panel_at(ctx: Context, plan: Plan, dims: Sequence[str | None]) -> int | None:
+    """Where the space packs the weights in panels among the outer loops on ``dims`` (outermost first): above
+    every loop when it keeps them across calls (``constant_weights``), else right above the outermost h or
+    w loop (:func:`panel_place`). None without an h or w loop, or for a k tile that ends masked unless
+    ``panels_partial_k``. The draws and refine's pack mutation place them by this one rule."""
+    at = panel_place(dims)
+    if at is None or ("k" in plan.partial_dims and not ctx.space.panels_partial_k):
+        return None
+    return 0 if ctx.space.constant_weights else at
 
 
 def kept_weights(ctx: Context, text: str) -> bool:

@@ -51,8 +51,7 @@ from kernels.conv_space import (
     divisors,
     factorizations,
     level_order,
-    panel_place,
-    panels_fit,
+    panel_at,
     reductions_inner,
     weights_panel,
 )
@@ -260,11 +259,9 @@ def _pack(ctx: Context, nest: Nest, rng: random.Random) -> Nest | None:
     outermost h or w loop, or above every loop with ``constant_weights``."""
     if any(_is_panel(a) for a in nest.outer):
         return replace(nest, outer=tuple(a for a in nest.outer if not _is_panel(a)))
-    at = panel_place([a.dim for a in nest.outer])
-    if at is None or not panels_fit(ctx, nest.plan):
+    at = panel_at(ctx, nest.plan, [a.dim for a in nest.outer])
+    if at is None:
         return None
-    if ctx.space.constant_weights:  # as the draws place them: the whole tensor's panels, kept across calls
-        at = 0
     pack = parse_scheme(f"[{weights_panel(nest.plan, ctx.lanes)}]")[0]
     return replace(nest, outer=(*nest.outer[:at], pack, *nest.outer[at:]))
 
