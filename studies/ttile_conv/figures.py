@@ -975,9 +975,10 @@ LEVERS: dict[str, dict[str, str]] = {
         "λ_seq covers only": "ttile_conv_remainder",
         "with masked tails": "ttile_conv_masked",
     },
-    # the refinement stage after the levers search: 196 mutations of its best 4 (search.params.seeds)
+    # the refinement stage after the levers search: 196 mutations of its best 4 (search.params.seeds);
+    # "all draws" as a layer may have fewer than 1000 when the random search was stopped early
     "ttile_conv_levers_refine": {
-        "random, best of 1000": "ttile_conv_random_levers",
+        "random, best of all draws": "ttile_conv_random_levers",
         "refined from its best 4": "ttile_conv_levers_refine",
     },
 }
