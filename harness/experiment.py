@@ -618,7 +618,7 @@ def _measure(
     if "cachegrind" in exp.counters and res.counter_backend == "none":  # no PMU read: simulate the caches
         _simulated_counters(exp, src, built, s.tensors, row)
     row.update(store.perf_fields([float(t) for t in res.times_ns], exp.workload.flops, row["peak_gflops"]))
-    flags = row_flags(exp.sanity, row["cov"], other_pct, row["pct_peak_median"])
+    flags = row_flags(exp.sanity, row["cov"], other_pct, row["pct_peak_median"], res.threads or 1)
     if res.raced:
         flags.append(f"raced: slower than {give_up_ns:.4g} ns after {res.n_reps} calls, timing stopped")
     row["flags"] = json.dumps(flags)
@@ -819,5 +819,5 @@ def _one_more_round(s: Session, src: KernelSource, built: BuildResult, row: dict
         row["counters"] = json.dumps({e: [*old.get(e, []), *v] for e, v in res.counters.items()})
     kept = [f for f in json.loads(row["flags"]) if not f.startswith("noisy:")]  # the CoV is recomputed
     kept = [f for f in kept if not f.startswith("above peak:")]  # recomputed from the pooled median
-    pooled = row_flags(exp.sanity, row["cov"], other_pct, row["pct_peak_median"])
+    pooled = row_flags(exp.sanity, row["cov"], other_pct, row["pct_peak_median"], row.get("threads") or 1)
     row["flags"] = json.dumps(list(dict.fromkeys(kept + pooled)))

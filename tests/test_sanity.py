@@ -35,6 +35,16 @@ def test_a_speed_above_the_peak_is_flagged_as_a_wrong_reference() -> None:
     assert flag.startswith("above peak: 163% of the calibrated peak")
 
 
+def test_the_peak_of_a_threaded_row_is_its_threads_times_one_cores() -> None:
+    """A 2-thread loop string at 160% of one core's peak was flagged 'above peak' (the Zen 2 archive of
+    2026-11-28, 1869 of its 2002 rows): on 2 threads the ceiling is twice the threshold."""
+    assert row_flags(CFG, 0.01, 0.0, 162.9, threads=2) == []
+    (flag,) = row_flags(CFG, 0.01, 0.0, 230.0, threads=2)
+    assert flag.startswith("above peak: 230% of the calibrated peak of its target on 2 threads (> 220%)")
+    (flag,) = row_flags(CFG, 0.01, 0.0, 162.9, threads=1)
+    assert flag.startswith("above peak: 163%")
+
+
 def test_peak_drift_is_flagged() -> None:
     assert drift_flags(CFG, 100.0, [97.0]) == []
     (flag,) = drift_flags(CFG, 100.0, [80.0])
