@@ -2,7 +2,10 @@
 
 Issue 32 re-times each layer's winner of the random search beside oneDNN under other conditions (a
 co-runner on the other core): ``space.best_of: {experiment: ttile_conv_random, n: 1}`` makes the ``n``
-fastest ok schemes of that experiment, on this workload and machine, the space's candidates.
+fastest ok schemes of that experiment, on this workload and machine, the space's candidates. With
+``variants`` (a list of code-generation options, ``{}`` for the winner as measured), each winner is timed
+once per variant, its options updated by it: a lever applied to the winners of a search, in the same
+rounds (``ttile_conv_prefetch``).
 """
 
 from __future__ import annotations
@@ -28,7 +31,8 @@ def best_of(
     """The ``spec['n']`` (default 1) fastest ok schemes of experiment ``spec['experiment']`` (or of a list
     of experiments, pooled: the best of several searches) on ``workload`` and this machine, by median time
     in hot mode without a co-runner (pooled, by that time over the fastest baseline of the scheme's own
-    experiment, when each has one); their code-generation options are the ones they were measured with."""
+    experiment, when each has one); their code-generation options are the ones they were measured with,
+    updated by each of ``spec['variants']`` when given (one candidate per winner and variant)."""
     experiment = spec.get("experiment")
     names = [experiment] if isinstance(experiment, str) else list(experiment or [])
     n = spec.get("n", 1)
@@ -56,7 +60,15 @@ def best_of(
     else:
         ok = ok.assign(rank=ok["median_ns"])
     best = ok.sort_values("rank").head(n)
+    variants = spec.get("variants") or [{}]
+    if not all(isinstance(v, Mapping) for v in variants):
+        raise NoWinners(
+            f"space.best_of.variants is a list of option mappings ({{}}: as measured), got {variants}"
+        )
     return [
-        Candidate("scheme", str(r.candidate_text), tuple(sorted(json.loads(r.candidate_options).items())))
+        Candidate(
+            "scheme", str(r.candidate_text), tuple(sorted({**json.loads(r.candidate_options), **v}.items()))
+        )
         for r in best.itertuples()
+        for v in variants
     ]

@@ -294,3 +294,17 @@ def test_the_embedded_broadcast_sweep_is_the_levers_search_with_its_own_experime
     assert emb["codegen"]["broadcast"] == "embedded" and lev["codegen"]["broadcast"] is None
     assert emb["target"] == "avx512"
     assert emb["space"] == lev["space"] and emb["search"] == lev["search"] and emb["timing"] == lev["timing"]
+
+
+def test_the_prefetch_sweep_retimes_the_contention_pool_as_measured_and_with_each_prefetch() -> None:
+    """ttile_conv_prefetch is a lever on the winners ttile_conv_contention re-times: the same pool, the
+    winner as measured first ({}), then each prefetch option, beside oneDNN in rounds."""
+    from harness.config import composed
+
+    pf = composed(["+sweeps=ttile_conv_prefetch", "workload=yolo9000_23"])
+    ct = composed(["+sweeps=ttile_conv_contention", "workload=yolo9000_23"])
+    assert pf["experiment"] == "ttile_conv_prefetch"
+    assert pf["space"]["best_of"]["experiment"] == ct["space"]["best_of"]["experiment"]
+    variants = pf["space"]["best_of"]["variants"]
+    assert variants[0] == {} and all(set(v) == {"prefetch"} for v in variants[1:])
+    assert pf["timing"]["rounds"] >= 3 and pf["baselines"] == ct["baselines"]

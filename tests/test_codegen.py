@@ -769,6 +769,7 @@ def test_prefetch_lines_follow_the_accumulators() -> None:
         ({"prefetch": "A:j"}, "'j' is not a dimension of A"),
         ({"prefetch": "X:i"}, "no tensor 'X'"),
         ({"prefetch": "i", "hoist": False}, "hoist"),
+        ({"prefetch": "A:i@L3"}, "cache level 'L3'"),
     ],
 )
 def test_prefetch_needs_an_output_dimension_and_the_tile_in_registers(options: dict, rule: str) -> None:
@@ -895,10 +896,71 @@ def test_a_constant_input_needs_an_outermost_pack_of_an_input(text: str, constan
         render(scheme(text, "avx2", constant=constant), mm(12, 32, 8))
 
 
-def test_prefetch_of_an_input_with_a_compound_index_is_refused() -> None:
-    cand = scheme("[R_k, R_h, R_w, R_r, R_s, R_c, U_{3,w}, U_{2,k}, V_k]", "avx2", prefetch="I:h")
-    with pytest.raises(SchemeError, match="compound index"):
-        render(cand, conv(1, h=5, w=9, k=16, c=3, r=3, s=3))
+def test_a_convolution_input_prefetch_walks_each_window_position_once() -> None:
+    """I:w below a 3-pixel tile with the whole 3 x 3 window and c = 40 (stride 2): the next tile's columns
+    w*2 + s span 1 + 2*2 + 2 = 7 positions (not 3 x 3 = 9), its rows h*2 + r the window's 3, c by 16."""
+    lines = _lines("[R_k, R_h, R_w, R_r, R_s, R_c, U_{3,w}, U_{2,k}, V_k]",
+                   conv(2, h=5, w=9, k=16, c=40, r=3, s=3), "avx2", prefetch="I:w@L2")  # fmt: skip
+    text = "\n".join(lines)
+    loops = re.findall(r"for \(int pf(\d) = 0; pf\d < (.+?); pf\d \+= (\d+)\)", text)
+    assert [(k, eval(span), int(step)) for k, span, step in loops] == [  # spans are C integer expressions
+        ("0", 3, 1),
+        ("1", 7, 1),
+        ("2", 40, 16),
+    ]
+    (pf,) = re.findall(r"__builtin_prefetch\((I \+ .+), 0, 2\);", text)  # @L2: locality 2 (prefetcht1)
+    assert re.search(r"\(w_\d+\) \+ \(3\)", pf) and "pf1" in pf and "pf0" in pf and "pf2" in pf
+
+
+def _code(text: str, w: Workload, prefetch: str) -> list[str]:
+    """The kernel's lines without the header comment that spells the option."""
+    return [x for x in _lines(text, w, "avx2", prefetch=prefetch) if not x.startswith("/* target")]
+
+
+@pytest.mark.parametrize(
+    ("text", "out", "inp"),
+    [
+        ("[R_k, R_h, R_w, R_r, R_s, R_c, U_{3,w}, U_{2,k}, V_k]", "w", "w"),
+        ("[R_k, R_w, R_h, R_c, R_r, R_s, U_{3,w}, U_{2,k}, V_k]", "h", "h"),
+        ("[R_w, R_h, PackT_K[k/16,r,s,c,k], R_k, R_c, R_r, R_s, U_{3,w}, U_{2,k}, V_k]", "k", "h"),
+        ("[R_h, λ_seq_w.[(1,4),(1,5)], R_c, R_r, R_s, Uλ_w, U_{2,k}, V_k]", "w", "w"),
+    ],
+)
+def test_prefetch_next_names_the_innermost_loop_above_the_tile_on_the_tensor(
+    text: str, out: str, inp: str
+) -> None:
+    """``next`` is the innermost loop above the hoisted reductions (packs skipped) on one of the tensor's
+    dimensions: for the input, the next pixels even below a loop on k."""
+    w = conv(1, h=5, w=9, k=16, c=8, r=3, s=3)
+    assert _code(text, w, prefetch="I:next") == _code(text, w, prefetch=f"I:{inp}")
+    assert _code(text, w, prefetch="next") == _code(text, w, prefetch=out)
+
+
+def test_prefetch_next_needs_a_loop_above_the_tile_on_the_tensor() -> None:
+    """Only a loop on k above the tile: the output's next tile is along k, the input has none."""
+    text, w = "[R_k, R_c, R_r, R_s, U_{3,w}, U_{2,k}, V_k]", conv(1, h=1, w=3, k=32, c=8, r=3, s=3)
+    assert _code(text, w, prefetch="next") == _code(text, w, prefetch="k")
+    with pytest.raises(SchemeError, match="no loop on a dimension of I above"):
+        render(scheme(text, "avx2", prefetch="I:next"), w)
+
+
+def test_prefetching_the_next_input_tile_of_a_convolution_changes_no_result(
+    tmp_path: Path, shared_cache: Path
+) -> None:
+    """I along w and h, stride 1 and 2, with a masked w remainder and the weights in panels: every output
+    point checked (a prefetch is a hint; the check is there for the addresses the loop nest computes)."""
+    lanes = get_target(HOST_TARGET).lanes
+    cands = [
+        scheme("[R_k, R_h, R_w, R_r, R_s, R_c, U_{4,w}, U_{2,k}, V_k]", partial="masked", prefetch=p)
+        for p in ("I:w", "I:h", "next,I:next@L2")
+    ]
+    panels = f"PackT_K[k/{2 * lanes},r,s,c,k]"
+    cands.append(scheme(f"[{panels}, R_k, R_h, R_w, R_c, R_r, R_s, U_{{4,w}}, U_{{2,k}}, V_k]",
+                        partial="masked", prefetch="I:h"))  # fmt: skip
+    for stride in (1, 2):
+        c = conv(stride, h=5, w=9, k=2 * lanes, c=19, r=3, s=3)
+        for row in run_candidates(cands, c, tmp_path / f"s{stride}", shared_cache, FULL):
+            assert row["status"] == "ok" and row["check_passed"], (row["label"], row["reason"][:300])
 
 
 def test_an_input_prefetch_walks_the_next_tile_of_the_input() -> None:

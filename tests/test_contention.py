@@ -125,6 +125,13 @@ def test_best_of_takes_the_fastest_plain_schemes_of_another_experiment(
     assert [c.key for c in pooled] == by_time  # a list of experiments: the best of them all
     with pytest.raises(NoWinners, match=r"needs an experiment \(or a list\) and n >= 1"):
         best_of({"experiment": "search", "n": 0}, tmp_path, W, fp)
+    # variants: each winner once per option set, {} as measured, the others updating its options
+    variants = best_of({"experiment": "search", "variants": [{}, {"prefetch": "i"}]}, tmp_path, W, fp)
+    assert [c.key for c in variants][0] == by_time[0] and len({c.key for c in variants}) == 2
+    assert variants[1].option("prefetch") == "i" and variants[1].text == variants[0].text
+    assert dict(variants[1].options) == {**dict(variants[0].options), "prefetch": "i"}
+    with pytest.raises(NoWinners, match="variants is a list of option mappings"):
+        best_of({"experiment": "search", "variants": ["i"]}, tmp_path, W, fp)
 
 
 def test_best_of_in_a_composed_experiment_names_the_command_to_run_first(tmp_path: Path) -> None:

@@ -910,6 +910,11 @@ def demo_kernels(target: str) -> list[DemoKernel]:
             cand("[R_j, R_i, T_{32,k}, U_{6,i}, U_{2,j}, V_j]", prefetch="i"),
             Workload.make("matmul_96x64x32_pf", "matmul", {"i": 96, "j": 64, "k": 32}),
         ),
+        DemoKernel(  # the next output tile and the next pixels' input windows prefetched (issue 32)
+            "conv_prefetch",
+            cand("[R_k, R_h, R_w, R_r, R_s, R_c, U_{6,w}, U_{2,k}, V_k]", prefetch="w,I:w,I:h@L2"),
+            Workload.make("conv_12_pf", "conv2d", {"h": 12, "w": 12, "k": 64, "c": 64, "r": 3, "s": 3}),
+        ),
         *(  # the conv microkernel with its FMAs reading the broadcast from memory (AVX-512 only)
             [
                 DemoKernel(

@@ -11,6 +11,7 @@ from kernels.codegen.legality import (
     embedded_broadcast,
     external_atom,
     hoist_position,
+    loops_above,
     prefetches,
 )
 from kernels.codegen.loops import LoopNest
@@ -48,7 +49,7 @@ def generate(
     ext = external_atom(an)
     if ext is not None:
         hoist_at = None  # the external microkernel loads and stores its own tile
-    pairs = tuple(prefetches(prefetch, op))  # the rule's checks, before any code
+    pairs = tuple(prefetches(prefetch, op, loops_above(an, hoist_at)))  # the rule's checks, before any code
     if pairs and hoist_at is None:
         raise SchemeError(
             "prefetch", "prefetch needs the output tile in registers (hoist=true, no external call)"

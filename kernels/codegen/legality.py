@@ -118,25 +118,57 @@ def embedded_broadcast(spec: str | None, target: Target, fma: bool) -> bool:
     return True
 
 
-def prefetches(spec: str | None, op: Operator) -> list[tuple[str, str]]:
-    """The (tensor, dimension) pairs of the option ``prefetch``: comma-separated items ``d`` (the output's
-    tile along d) or ``X:d`` (tensor X's tile along d, e.g. ``C:i,A:i``). An input must be indexed by plain
-    dimensions (not ``h*stride + r``) and d must be one of its dimensions."""
+#: the cache level a prefetch item names (``@L1``, the default, or ``@L2``) -> __builtin_prefetch's locality
+PREFETCH_LEVELS = {"L1": 3, "L2": 2}
+
+
+def loops_above(an: Analysis, hoist_at: int | None) -> tuple[str, ...]:
+    """The dimensions of the loops above the hoisted tile, innermost first (packs skipped): for each
+    tensor, the first of them it is indexed by is the loop whose next step moves to its next tile (what
+    the prefetch item ``next`` names)."""
+    if hoist_at is None:
+        return ()
+    return tuple(a.dim for a in reversed(an.scheme[:hoist_at]) if a.kind in (*LOOP_ATOMS, "lambda_seq"))
+
+
+def prefetches(spec: str | None, op: Operator, above: tuple[str, ...] = ()) -> list[tuple[str, str, int]]:
+    """The (tensor, dimension, locality) triples of the option ``prefetch``: comma-separated items ``d``
+    (the output's tile along d) or ``X:d`` (tensor X's tile along d, e.g. ``C:i,A:i``, ``I:w`` for a
+    convolution's input), each with an optional cache level ``@L1`` (default) or ``@L2`` (``I:h@L2``: a
+    tile too large for L1 beside the one being computed, prefetcht1). d may be ``next``: the innermost loop
+    above the hoisted tile on a dimension of the tensor (``above``, :func:`loops_above`; for a
+    convolution's input the next pixels even when a k loop lies between), so one option fits every
+    scheme of a search (``codegen.prefetch='next,I:next@L2'``). d must be one of the tensor's
+    dimensions, and each axis of an input a plain dimension or a sum with a term of coefficient 1
+    (``h*stride + r``: walked along r; ``2*h`` alone is refused)."""
     out = []
     tensors = {t.tensor: t for t in op.tensors}
     for item in (spec or "").split(","):
         if not item.strip():
             continue
-        tensor, _, d = item.strip().rpartition(":")
+        target, _, level = item.strip().partition("@")
+        if level and level not in PREFETCH_LEVELS:
+            why = f"prefetch={spec!r}: cache level {level!r} is not one of {sorted(PREFETCH_LEVELS)}"
+            raise SchemeError("prefetch", why)
+        tensor, _, d = target.rpartition(":")
         acc = tensors.get(tensor or op.output.tensor)
         if acc is None:
             raise SchemeError("prefetch", f"prefetch={spec!r}: no tensor {tensor!r} in {op.text()}")
+        if d == "next":
+            d = next((x for x in above if x in acc.dims()), "")
+            if not d:
+                why = f"prefetch={spec!r}: no loop on a dimension of {acc.tensor} above the tile in registers"
+                raise SchemeError("prefetch", why)
         if d not in acc.dims():
             why = f"prefetch={spec!r}: {d!r} is not a dimension of {acc.tensor} {acc.dims()}"
             raise SchemeError("prefetch", why)
-        if acc is not op.output and any(len(axis) != 1 or axis[0][1] != 1 for axis in acc.axes):
-            raise SchemeError("prefetch", f"prefetch={spec!r}: {acc.text()} has a compound index")
-        out.append((acc.tensor, d))
+        if acc is not op.output and not all(
+            (len(axis) == 1 and axis[0][1] == 1) or (len(axis) > 1 and any(c == 1 for _, c in axis))
+            for axis in acc.axes
+        ):  # an axis is walked along its coefficient-1 term (microkernel.prefetch_input_tile)
+            why = f"prefetch={spec!r}: {acc.text()} has an axis without a dimension of coefficient 1"
+            raise SchemeError("prefetch", why)
+        out.append((acc.tensor, d, PREFETCH_LEVELS[level or "L1"]))
     return out
 
 

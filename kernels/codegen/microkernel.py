@@ -121,15 +121,15 @@ class Microkernel(Emitter):
             accs[key] = (name, off.get(vdim, 0) if vdim else 0)  # type: ignore[arg-type]
             load = self.load(out, "po", key[0], accs[key][1])
             self.line(f"{self.ctype} {name} = {load};")
-        for tensor, d in self.prefetch:
+        for tensor, d, locality in self.prefetch:
             if tensor == out.tensor:
-                self.prefetch_output_tile(env, d, sorted({off for off, _ in accs}))
+                self.prefetch_output_tile(env, d, sorted({off for off, _ in accs}), locality)
             else:
-                self.prefetch_input_tile(env, tensor, d)
+                self.prefetch_input_tile(env, tensor, d, locality)
         return accs, masks
 
     def prefetch_output_tile(
-        self, env: Mapping[str, tuple[str, int | str]], d: str, offsets: list[int]
+        self, env: Mapping[str, tuple[str, int | str]], d: str, offsets: list[int], locality: int = 3
     ) -> None:
         """Ask for the output tile of the next step along ``d`` while this tile's reduction runs: one
         write-intent prefetch per cache line of the tile (16 floats), shifted by this tile's extent along
@@ -139,25 +139,34 @@ class Microkernel(Emitter):
         shifted = {x: b for x, (b, _) in env.items()} | {d: f"({base}) + ({extent})"}
         self.line(f"const float *pn = {self.views[0].address(self.op.output, shifted)};")
         for off in dict.fromkeys(off // 16 * 16 for off in offsets):
-            self.line(f"__builtin_prefetch(pn + {off}, 1, 3);")
+            self.line(f"__builtin_prefetch(pn + {off}, 1, {locality});")
 
-    def prefetch_input_tile(self, env: Mapping[str, tuple[str, int | str]], tensor: str, d: str) -> None:
+    def prefetch_input_tile(
+        self, env: Mapping[str, tuple[str, int | str]], tensor: str, d: str, locality: int = 3
+    ) -> None:
         """The part of input ``tensor`` the next step along ``d`` reads below this point (every index of
         its other dimensions in this region, e.g. the next micro-panel of an unpacked A: mr rows x kc),
-        one read prefetch per 16 floats of its contiguous axis, in a loop nest."""
+        one read prefetch per 16 floats of its contiguous axis, in a loop nest with one loop per axis.
+        An axis that sums dimensions (a convolution's ``h*stride + r``) is walked over the positions the
+        region reads, once each: its terms other than the coefficient-1 one stay at their tile's start
+        and that one runs over the span ``1 + sum((extent - 1) * coefficient)``, so a 3 x 3 window over
+        9 pixels prefetches the 11 input columns, not 27 (legality.prefetches asks for such a term)."""
         n = next(k for k, t in enumerate(self.op.tensors) if t.tensor == tensor)
         acc, view = self.op.tensors[n], self.views[n]
-        dims = acc.dims()
-        bases = {x: b for x, (b, _) in env.items()}
+        bases = {x: f"({b})" + (f" + ({e})" if x == d else "") for x, (b, e) in env.items()}
         self.line(f"{{  /* prefetch {tensor}: the tile of the next step along {d} */")
         self.depth += 1
-        for k, x in enumerate(dims):
-            base, extent = env[x]
-            step = 16 if x == dims[-1] else 1
-            shift = f" + ({extent})" if x == d else ""
-            bases[x] = f"({base}){shift} + pf{k}"
-            self.line(f"for (int pf{k} = 0; pf{k} < {extent}; pf{k} += {step})")
-        self.line(f"  __builtin_prefetch({view.address(acc, bases)}, 0, 3);")
+        last = len(acc.axes) - 1
+        for k, axis in enumerate(acc.axes):
+            walker = axis[0][0] if len(axis) == 1 else next(x for x, c in axis if c == 1)
+            if len(axis) == 1:
+                span = str(env[walker][1])
+            else:
+                span = " + ".join(["1", *(f"(({env[x][1]}) - 1) * {c}" for x, c in axis)])
+            step = 16 if k == last and dict(axis)[walker] == 1 else 1
+            bases[walker] = f"{bases[walker]} + pf{k}"
+            self.line(f"for (int pf{k} = 0; pf{k} < {span}; pf{k} += {step})")
+        self.line(f"  __builtin_prefetch({view.address(acc, bases)}, 0, {locality});")
         self.depth -= 1
         self.line("}")
 
