@@ -770,6 +770,7 @@ def test_prefetch_lines_follow_the_accumulators() -> None:
         ({"prefetch": "X:i"}, "no tensor 'X'"),
         ({"prefetch": "i", "hoist": False}, "hoist"),
         ({"prefetch": "A:i@L3"}, "cache level 'L3'"),
+        ({"prefetch": "i@stream"}, "@stream is for an input"),
     ],
 )
 def test_prefetch_needs_an_output_dimension_and_the_tile_in_registers(options: dict, rule: str) -> None:
@@ -944,6 +945,22 @@ def test_prefetch_next_needs_a_loop_above_the_tile_on_the_tensor() -> None:
         render(scheme(text, "avx2", prefetch="I:next"), w)
 
 
+def test_a_streamed_input_prefetch_asks_for_one_line_when_the_reduction_index_enters_it() -> None:
+    """@stream: in the block under the c loop (not where the accumulators are loaded), the next pixels'
+    3 x 7 window positions at this c, when c mod 16 < the block's step on c (1 here)."""
+    lines = _lines("[R_k, R_h, R_w, R_r, R_s, R_c, U_{3,w}, U_{2,k}, V_k]",
+                   conv(2, h=5, w=9, k=16, c=40, r=3, s=3), "avx2", prefetch="I:w@stream")  # fmt: skip
+    text = "\n".join(lines)
+    (cloop,) = _index(lines, r"for \(int c_\d+ ")
+    (hit,) = _index(lines, r"if \(\(\(c_\d+\) & 15\) < 1\)")
+    (pf,) = _index(lines, r"__builtin_prefetch\(I \+ .+, 0, 3\);")
+    assert cloop < hit < pf < min(_index(lines, r"_mm256_fmadd_ps"))
+    assert re.search(r"for \(int pf2 = 0; pf2 < 1; pf2 \+= 16\)", text)
+    assert not _index(_lines("[R_k, R_h, R_w, R_r, R_s, R_c, U_{3,w}, U_{2,k}, V_k]",
+                             conv(2, h=5, w=9, k=16, c=40, r=3, s=3), "avx2", prefetch="I:w@L1"),
+                      r"& 15")  # fmt: skip
+
+
 def test_prefetching_the_next_input_tile_of_a_convolution_changes_no_result(
     tmp_path: Path, shared_cache: Path
 ) -> None:
@@ -952,7 +969,7 @@ def test_prefetching_the_next_input_tile_of_a_convolution_changes_no_result(
     lanes = get_target(HOST_TARGET).lanes
     cands = [
         scheme("[R_k, R_h, R_w, R_r, R_s, R_c, U_{4,w}, U_{2,k}, V_k]", partial="masked", prefetch=p)
-        for p in ("I:w", "I:h", "next,I:next@L2")
+        for p in ("I:w", "I:h", "next,I:next@L2", "I:next@stream", "w,I:h@stream")
     ]
     panels = f"PackT_K[k/{2 * lanes},r,s,c,k]"
     cands.append(scheme(f"[{panels}, R_k, R_h, R_w, R_c, R_r, R_s, U_{{4,w}}, U_{{2,k}}, V_k]",

@@ -556,3 +556,44 @@ def test_goal_figure_counts_the_layers_ahead_and_the_best_of_100_against_the_bes
     assert figure(0.8, 0.9).verdict == "differs"
     short = figure(1.08, 1.10, draws=100)  # every ratio met, but not on the draws the goal names
     assert short.verdict == "partial" and "no layer has 120 draws yet" in short.measured
+
+
+def test_prefetch_figure_pairs_each_variant_with_the_winner_as_measured_round_by_round(tmp_path) -> None:  # noqa: ANN001
+    """Two layers, the winner as measured and two prefetch variants in one run: `next` 5% faster in every
+    round, `I:next@L2` 2% slower; a slow last round for all (the host) leaves the paired ratios alone."""
+    import json
+
+    import pandas as pd
+
+    from studies.ttile_conv import figures as fig
+
+    def parts(gains: dict[str, float]):  # noqa: ANN202
+        out = []
+        for layer in ("yolo9000_23", "resnet18_12"):
+            for variant, gain in gains.items():
+                opts = {"partial": "masked"} | ({"prefetch": variant} if variant else {})
+                p = _summary("ttile_conv_prefetch", layer, [50.0 * gain], texts=["[T_{2,c}]"])
+                p["candidate_key"] = f"{layer}-{variant}"
+                p["candidate_options"] = json.dumps(opts)
+                p["contention"] = None
+                p["round_medians_ns"] = [[1000.0 / gain * f for f in (1.0, 1.01, 1.6)]]
+                p["round_times"] = None
+                out.append(p)
+        return pd.concat(out, ignore_index=True)
+
+    (f,) = fig.prefetch(FigureContext(parts({"": 1.0, "next": 1.05, "I:next@L2": 0.98}), tmp_path))
+    assert f.name == "ttile_conv_prefetch" and f.verdict == "reproduced"
+    assert f.ours == pytest.approx(1.05, rel=1e-6) and "best variant, next" in f.unit
+    assert (
+        "next: x1.050 (geometric mean over 2 layers; faster in every round on 2, slower in every"
+        in f.measured
+    )
+    assert "I:next@L2: x0.980" in f.measured and "slower in every round on 2)" in f.measured
+    row = next(r for r in f.table if r["workload"] == "resnet18_12" and r["variant"] == "next")
+    assert row["low"] == pytest.approx(1.05) and row["high"] == pytest.approx(1.05)
+    (g,) = fig.prefetch(FigureContext(parts({"": 1.0, "next": 0.995}), tmp_path / "g"))
+    assert g.verdict == "partial"
+    (h,) = fig.prefetch(FigureContext(parts({"": 1.0, "next": 0.9}), tmp_path / "h"))
+    assert h.verdict == "differs"
+    no_base = parts({"next": 1.05})  # no winner as measured to pair with: no figure
+    assert fig.prefetch(FigureContext(no_base, tmp_path / "n")) == []

@@ -912,7 +912,7 @@ def demo_kernels(target: str) -> list[DemoKernel]:
         ),
         DemoKernel(  # the next output tile and the next pixels' input windows prefetched (issue 32)
             "conv_prefetch",
-            cand("[R_k, R_h, R_w, R_r, R_s, R_c, U_{6,w}, U_{2,k}, V_k]", prefetch="w,I:w,I:h@L2"),
+            cand("[R_k, R_h, R_w, R_r, R_s, R_c, U_{6,w}, U_{2,k}, V_k]", prefetch="w,I:w,I:h@stream"),
             Workload.make("conv_12_pf", "conv2d", {"h": 12, "w": 12, "k": 64, "c": 64, "r": 3, "s": 3}),
         ),
         *(  # the conv microkernel with its FMAs reading the broadcast from memory (AVX-512 only)

@@ -35,7 +35,8 @@ class Emitter:
     ws_base: str = "(float *)workspace"  # where pack buffers start (per thread under a parallel loop)
     parallel: bool = False
     external_sites: list[str] = field(default_factory=list)  # file-scope declarations of the call sites
-    prefetch: tuple[tuple[str, str, int], ...] = ()  # (tensor, dimension, locality) of the option prefetch
+    # the option prefetch: (tensor, dimension, locality, stream) of each item (legality.prefetches)
+    prefetch: tuple[tuple[str, str, int, bool], ...] = ()
     constant: frozenset[str] = frozenset()  # inputs of the option constant: their outermost pack is kept
     embedded: bool = False  # option broadcast=embedded: FMAs read their broadcast operand from memory
 

@@ -118,8 +118,9 @@ def embedded_broadcast(spec: str | None, target: Target, fma: bool) -> bool:
     return True
 
 
-#: the cache level a prefetch item names (``@L1``, the default, or ``@L2``) -> __builtin_prefetch's locality
-PREFETCH_LEVELS = {"L1": 3, "L2": 2}
+#: the cache level a prefetch item names (``@L1``, the default, or ``@L2``) -> __builtin_prefetch's locality;
+#: ``@stream`` is L1 too, spread along the reduction loops (:func:`prefetches`)
+PREFETCH_LEVELS = {"L1": 3, "L2": 2, "stream": 3}
 
 
 def loops_above(an: Analysis, hoist_at: int | None) -> tuple[str, ...]:
@@ -131,12 +132,17 @@ def loops_above(an: Analysis, hoist_at: int | None) -> tuple[str, ...]:
     return tuple(a.dim for a in reversed(an.scheme[:hoist_at]) if a.kind in (*LOOP_ATOMS, "lambda_seq"))
 
 
-def prefetches(spec: str | None, op: Operator, above: tuple[str, ...] = ()) -> list[tuple[str, str, int]]:
-    """The (tensor, dimension, locality) triples of the option ``prefetch``: comma-separated items ``d``
-    (the output's tile along d) or ``X:d`` (tensor X's tile along d, e.g. ``C:i,A:i``, ``I:w`` for a
-    convolution's input), each with an optional cache level ``@L1`` (default) or ``@L2`` (``I:h@L2``: a
-    tile too large for L1 beside the one being computed, prefetcht1). d may be ``next``: the innermost loop
-    above the hoisted tile on a dimension of the tensor (``above``, :func:`loops_above`; for a
+def prefetches(
+    spec: str | None, op: Operator, above: tuple[str, ...] = ()
+) -> list[tuple[str, str, int, bool]]:
+    """The (tensor, dimension, locality, stream) of each item of the option ``prefetch``: comma-separated
+    items ``d`` (the output's tile along d) or ``X:d`` (tensor X's tile along d, e.g. ``C:i,A:i``, ``I:w``
+    for a convolution's input), each with an optional cache level ``@L1`` (default) or ``@L2``
+    (``I:h@L2``: a tile too large for L1 beside the one being computed, prefetcht1), or ``@stream`` (an
+    input's next tile one cache line at a time as the reduction loops reach it: in the microkernel's
+    block, when the index of the input's contiguous dimension enters a new line, instead of the whole
+    tile where the accumulators are loaded; that dimension must be a plain one). d may be ``next``: the
+    innermost loop above the hoisted tile on a dimension of the tensor (``above``, :func:`loops_above`; for a
     convolution's input the next pixels even when a k loop lies between), so one option fits every
     scheme of a search (``codegen.prefetch='next,I:next@L2'``). d must be one of the tensor's
     dimensions, and each axis of an input a plain dimension or a sum with a term of coefficient 1
@@ -168,7 +174,11 @@ def prefetches(spec: str | None, op: Operator, above: tuple[str, ...] = ()) -> l
         ):  # an axis is walked along its coefficient-1 term (microkernel.prefetch_input_tile)
             why = f"prefetch={spec!r}: {acc.text()} has an axis without a dimension of coefficient 1"
             raise SchemeError("prefetch", why)
-        out.append((acc.tensor, d, PREFETCH_LEVELS[level or "L1"]))
+        stream = level == "stream"
+        if stream and (acc is op.output or len(acc.axes[-1]) != 1 or acc.axes[-1][0][1] != 1):
+            why = f"prefetch={spec!r}: @stream is for an input whose contiguous axis is one dimension"
+            raise SchemeError("prefetch", why)
+        out.append((acc.tensor, d, PREFETCH_LEVELS[level or "L1"], stream))
     return out
 
 

@@ -22,6 +22,8 @@ Figures (one per machine fingerprint; claims in claims.yaml here):
   remainder run (issue 32);
 - ``ttile_conv_levers_refine``: mutations of the best 4 of the levers search against that search's best
   of 1000 (issue 32's refinement stage after random sampling);
+- ``ttile_conv_prefetch``: the searches' winners with the next tiles prefetched (codegen option prefetch)
+  over the same schemes without it, paired round by round (issue 32);
 - ``ttile_fig6_5``: the best parallel candidate vs the best sequential one and oneDNN on 1 and 2 threads.
 
 Performance is the median % of the calibrated peak of each candidate (harness.analysis.summarize); failed
@@ -1075,6 +1077,88 @@ def _lever(ctx: FigureContext, name: str) -> list[PaperFigure]:
     return ctx.per_machine(ok, one)
 
 
+PREFETCH = "ttile_conv_prefetch"  # issue 32: the searches' winners with the codegen option prefetch
+
+
+def _prefetch_variant(options: object) -> str:
+    """A row's prefetch option (the variant of ``space.best_of.variants``), ``as measured`` without one."""
+    opts = json.loads(options) if isinstance(options, str) else dict(options or {})
+    return str(opts.get("prefetch") or "as measured")
+
+
+def prefetch_table(part: pd.DataFrame) -> pd.DataFrame:
+    """Per layer and prefetch variant, its speed over the same scheme as measured, paired round by round
+    (one run, interleaved rounds: the drift of the host is in both sides of a pair)."""
+    part = part.assign(variant=part["candidate_options"].map(_prefetch_variant))
+    lines = []
+    for (layer, _), g in part.groupby(["workload", "candidate_text"], sort=False):
+        base = g[g["variant"] == "as measured"]
+        if base.empty:
+            continue
+        b = base.iloc[0]
+        for r in g[g["variant"] != "as measured"].itertuples():
+            mid, lo, hi = round_ratio(
+                r.round_medians_ns, b["round_medians_ns"], r.round_times, b["round_times"]
+            )
+            lines.append({"workload": layer, "variant": r.variant, "ratio": mid, "low": lo, "high": hi,
+                          "pct_peak": r.pct_peak_median,
+                          "pct_peak_as_measured": b["pct_peak_median"]})  # fmt: skip
+    return pd.DataFrame(lines, columns=["workload", "variant", "ratio", "low", "high", "pct_peak",
+                                        "pct_peak_as_measured"])  # fmt: skip
+
+
+def prefetch(ctx: FigureContext) -> list[PaperFigure]:
+    """Issue 32: does prefetching the next tiles (the codegen option prefetch) speed up the winners of the
+    searches? Each variant over the same scheme without it, in the same rounds."""
+    name = PREFETCH
+    s = ctx.summary
+    ok = s[(s["experiment"] == PREFETCH) & (s["status"] == "ok") & (s["candidate_kind"] == "scheme")]
+    ok = ok[(ok["timing_mode"] == "hot") & ok["contention"].isna()] if "contention" in ok else ok
+
+    def one(fp: str, part: pd.DataFrame) -> PaperFigure | None:
+        table = prefetch_table(part).dropna(subset=["ratio"])
+        if table.empty:
+            return None
+        layers = sorted(table["workload"].unique(), key=_layer)
+        variants = sorted(table["variant"].unique())
+        fig, ax = plt.subplots(figsize=(max(8, 0.5 * len(layers)), 4.2), layout="constrained")
+        x = np.arange(len(layers))
+        width = 0.8 / len(variants)
+        for i, v in enumerate(variants):
+            t = table[table["variant"] == v].set_index("workload").reindex(layers)
+            err = np.vstack([t["ratio"] - t["low"], t["high"] - t["ratio"]])
+            ax.bar(
+                x + (i - (len(variants) - 1) / 2) * width, t["ratio"], width, yerr=err, capsize=1.5, label=v
+            )
+        ax.axhline(1.0, color="grey", lw=0.8)
+        ax.set_xticks(x, layers, rotation=90, fontsize=7)
+        ax.set(ylabel="speed over the winner as measured\n(rounds: median, range)", ylim=(0.7, None))
+        ax.legend(fontsize=7, title="prefetch", title_fontsize=7)
+        image, csv = ctx.save(fig, table, f"{name}-{fp}")
+        by = table.groupby("variant")
+        geo = by["ratio"].apply(lambda r: float(gmean(r)))
+        every = by.apply(lambda g: int((g["low"] > 1).sum()), include_groups=False)
+        worse = by.apply(lambda g: int((g["high"] < 1).sum()), include_groups=False)
+        best = str(geo.idxmax())
+        ours = float(geo[best])
+        verdict = "reproduced" if ours >= 1.01 else "partial" if ours >= 0.99 else "differs"
+        measured = "; ".join(
+            f"{v}: x{geo[v]:.3f} (geometric mean over {int(by.size()[v])} layers; faster in every round on "
+            f"{every[v]}, slower in every round on {worse[v]})"
+            for v in variants
+        )
+        return paper_figure(
+            name, fp, part, verdict=verdict, measured=measured,
+            statistic="per layer, the winner with the prefetch option over the same scheme without it, "
+            "paired round by round in one run (median of the round ratios); the best variant's geometric "
+            "mean over the layers: reproduced if >= 1.01, partial if >= 0.99",
+            image=image, csv=csv, table=table.round(3).to_dict("records"), ours=ours,
+            unit=f"x (best variant, {best}, over the winner as measured)", experiments=[PREFETCH],
+        )  # fmt: skip
+
+    return ctx.per_machine(ok, one)
+
+
 GOAL = "ttile_conv_random_levers"  # issue 32's goal: the thesis's random search, the space with every lever
 
 
@@ -1239,4 +1323,4 @@ def parallel(ctx: FigureContext) -> list[PaperFigure]:
 
 FIGURES: list[Any] = [histograms, expect_curves, best_vs_onednn, convergence, single_vs_all, divisibility,
                       fixed_permutation, strategies, refine, remainder, directed, masked,
-                      levers_refine, goal, parallel]  # fmt: skip
+                      levers_refine, prefetch, goal, parallel]  # fmt: skip
