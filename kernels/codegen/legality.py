@@ -168,14 +168,12 @@ def prefetches(
         if d not in acc.dims():
             why = f"prefetch={spec!r}: {d!r} is not a dimension of {acc.tensor} {acc.dims()}"
             raise SchemeError("prefetch", why)
-        if acc is not op.output and not all(
-            (len(axis) == 1 and axis[0][1] == 1) or (len(axis) > 1 and any(c == 1 for _, c in axis))
-            for axis in acc.axes
-        ):  # an axis is walked along its coefficient-1 term (microkernel.prefetch_input_tile)
+        if acc is not op.output and not all(any(c == 1 for _, c in axis) for axis in acc.axes):
+            # an axis is walked along its coefficient-1 term (microkernel.prefetch_input_tile)
             why = f"prefetch={spec!r}: {acc.text()} has an axis without a dimension of coefficient 1"
             raise SchemeError("prefetch", why)
         stream = level == "stream"
-        if stream and (acc is op.output or len(acc.axes[-1]) != 1 or acc.axes[-1][0][1] != 1):
+        if stream and (acc is op.output or acc.stride1_dim() is None):
             why = f"prefetch={spec!r}: @stream is for an input whose contiguous axis is one dimension"
             raise SchemeError("prefetch", why)
         out.append((acc.tensor, d, PREFETCH_LEVELS[level or "L1"], stream))

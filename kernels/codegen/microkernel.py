@@ -167,12 +167,12 @@ class Microkernel(Emitter):
             self.line(f"if ({fixed})")
         last = len(acc.axes) - 1
         for k, axis in enumerate(acc.axes):
-            walker = axis[0][0] if len(axis) == 1 else next(x for x, c in axis if c == 1)
+            walker = next(x for x, c in axis if c == 1)
             if len(axis) == 1:
                 span = str(env[walker][1])
             else:
                 span = " + ".join(["1", *(f"(({env[x][1]}) - 1) * {c}" for x, c in axis)])
-            step = 16 if k == last and dict(axis)[walker] == 1 else 1
+            step = 16 if k == last else 1
             bases[walker] = f"{bases[walker]} + pf{k}"
             self.line(f"for (int pf{k} = 0; pf{k} < {span}; pf{k} += {step})")
         self.line(f"  __builtin_prefetch({view.address(acc, bases)}, 0, {locality});")
@@ -185,8 +185,8 @@ class Microkernel(Emitter):
         floats: over a reduction loop on v the next tile arrives one line per 16 steps, spread among the
         FMAs, where the whole tile at the hoisting point issued hundreds of prefetches at once
         (x0.96 on the Intel Xeon's winners, issue 32). A block stepping v by e triggers when v mod 16 < e."""
-        acc = next(t for t in self.op.tensors if t.tensor == tensor)
-        v = acc.axes[-1][0][0]
+        v = next(t for t in self.op.tensors if t.tensor == tensor).stride1_dim()
+        assert v is not None  # legality.prefetches refuses @stream otherwise
         base, extent = env[v]
         hit = f"(({base}) & 15) < {min(extent, 16)}" if isinstance(extent, int) else f"(({base}) & 15) == 0"
         self.prefetch_input_tile(env, tensor, d, 3, fixed=hit)

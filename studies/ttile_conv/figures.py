@@ -47,7 +47,7 @@ from matplotlib.ticker import LogLocator  # noqa: E402
 from scipy.stats import gmean  # noqa: E402
 
 from harness import distributions as dist  # noqa: E402
-from harness.analysis import n_rounds, round_ratio  # noqa: E402
+from harness.analysis import condition, n_rounds, round_ratio  # noqa: E402
 from kernels import tvm_conv  # noqa: E402
 from reports.figures import CLAIMS, FigureContext, PaperFigure, mean_ci, paper_figure  # noqa: E402
 
@@ -1113,7 +1113,7 @@ def prefetch(ctx: FigureContext) -> list[PaperFigure]:
     name = PREFETCH
     s = ctx.summary
     ok = s[(s["experiment"] == PREFETCH) & (s["status"] == "ok") & (s["candidate_kind"] == "scheme")]
-    ok = ok[(ok["timing_mode"] == "hot") & ok["contention"].isna()] if "contention" in ok else ok
+    ok = ok[condition(ok) == "hot cache"]  # alone, no co-runner
 
     def one(fp: str, part: pd.DataFrame) -> PaperFigure | None:
         table = prefetch_table(part).dropna(subset=["ratio"])
