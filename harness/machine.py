@@ -18,6 +18,7 @@ import psutil
 
 CPUINFO = Path("/proc/cpuinfo")
 SYSFS_CACHE = Path("/sys/devices/system/cpu/cpu0/cache")
+SYSFS_THP = Path("/sys/kernel/mm/transparent_hugepage/enabled")
 
 # Flags each ISA level needs, so that generated code for it is known to run here.
 ISA_REQUIREMENTS: dict[str, frozenset[str]] = {
@@ -105,6 +106,10 @@ class Machine:
     memory_bytes: int
     hypervisor: bool
     kernel: str
+    # The kernel's transparent huge pages mode (always / madvise / never): whether the driver's 4 KiB-aligned
+    # buffers may sit on 2 MiB pages, which changes the TLB reach of a blocked kernel. A host setting, not a
+    # CPU property: recorded with every row, kept out of the fingerprint.
+    transparent_hugepages: str = "unknown"
 
     @property
     def best_isa(self) -> str | None:
@@ -191,6 +196,15 @@ def _read_caches(root: Path = SYSFS_CACHE) -> tuple[tuple[Cache, ...], str]:
     return defaults, f"defaults ({root} missing or unreadable)"
 
 
+def read_thp_mode(path: Path = SYSFS_THP) -> str:
+    """The bracketed choice of ``always [madvise] never``; ``unknown`` where the file is absent."""
+    try:
+        m = re.search(r"\[(\w+)\]", path.read_text())
+    except OSError:
+        return "unknown"
+    return m.group(1) if m else "unknown"
+
+
 def isas_from_flags(flags: frozenset[str]) -> tuple[str, ...]:
     """The ISAs among ISA_ORDER whose required flags are all present, best first."""
     return tuple(isa for isa in ISA_ORDER if ISA_REQUIREMENTS[isa] <= flags)
@@ -218,4 +232,5 @@ def detect() -> Machine:
         memory_bytes=psutil.virtual_memory().total,
         hypervisor="hypervisor" in flags,
         kernel=platform.release(),
+        transparent_hugepages=read_thp_mode(),
     )

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from harness import machine
-from harness.machine import Machine, detect, isas_from_flags, register_count, vector_lanes
+from harness.machine import Machine, detect, isas_from_flags, read_thp_mode, register_count, vector_lanes
 
 
 def test_detect_fields_are_sane() -> None:
@@ -93,3 +93,18 @@ def test_cache_parsing_and_fallback(tmp_path: Path) -> None:
     assert [c.size_bytes for c in caches] == [48 << 10, 2 << 20, 260 << 20]
     caches, source = machine._read_caches(tmp_path / "missing")
     assert "defaults" in source and caches
+
+
+def test_the_transparent_huge_pages_mode_is_read_and_kept_out_of_the_fingerprint(tmp_path: Path) -> None:
+    thp = tmp_path / "enabled"
+    thp.write_text("always [madvise] never\n")
+    assert read_thp_mode(thp) == "madvise"
+    thp.write_text("[always] madvise never\n")
+    assert read_thp_mode(thp) == "always"
+    assert read_thp_mode(tmp_path / "absent") == "unknown"
+    m = detect()
+    assert json.loads(json.dumps(m.as_dict()))["transparent_hugepages"] == m.transparent_hugepages
+    other = Machine(
+        **{**m.__dict__, "transparent_hugepages": "never" if m.transparent_hugepages != "never" else "always"}
+    )
+    assert other.fingerprint == m.fingerprint  # a host setting: the same CPU keeps its results

@@ -84,6 +84,26 @@ def test_model_filter_proposes_the_best_metric_first() -> None:
     assert scores == sorted(scores) and len(got) == len({c.key for c in got})
 
 
+@pytest.mark.parametrize("name", ["random", "levels"])
+def test_the_model_prior_proposes_the_best_metric_of_each_k_uniform_draws(name: str) -> None:
+    """model_prior k: proposal i is the lowest-metric one of the uniform draws i*k .. i*k + k - 1 of the
+    same seed (the first of equal scores), so the prior leans on the model and stays seeded."""
+    k, n = 4, 6
+    larger = problem(
+        workload=Workload.make("l1x", "conv2d", {"h": 14, "w": 14, "k": 64, "c": 64, "r": 3, "s": 3})
+    )
+    uniform = make_strategy(larger, SearchConfig(name, k * n, 3)).ask(k * n)
+    prior = make_strategy(larger, SearchConfig(name, n, 3, params={"model_prior": k})).ask(n)
+    score = {c.key: metric_for(larger, c.text) for c in uniform}  # its input (64 KiB) overflows the L1
+    groups = [uniform[i * k : (i + 1) * k] for i in range(n)]
+    assert [c.key for c in prior] == [min(g, key=lambda c: score[c.key]).key for g in groups]
+    assert len({score[c.key] for c in uniform}) > n  # the metric tells these draws apart: the test can fail
+    for bad, match in [({"model_prior": 0}, "model_prior"), ({"model_prior": "8"}, "model_prior"),
+                       ({"pool": 8}, "unknown")]:  # fmt: skip
+        with pytest.raises(SearchError, match=match):
+            make_strategy(problem(), SearchConfig(name, 5, 0, params=bad))
+
+
 def test_tree_search_keeps_the_accumulators_over_the_reduction_and_takes_plans_in_turn() -> None:
     """The register level: right above the microkernel a reduction tile (c, r or s), never h, w or k, which
     would reload every accumulator per FMA step; and the plans' best candidates come first, one per plan."""
