@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import random
 import re
+from itertools import product
 from pathlib import Path
 
 import numpy as np
@@ -427,9 +428,14 @@ def test_space_configs_compose() -> None:
     packing = compose_candidates("space=gemm_packing", "workload=gemm_square_128")
     assert {identify(c.text, LANES)["pack"] for c in packing if c.kind == "scheme"} == set(PACKINGS)  # type: ignore[index]
     sweep = compose_candidates("space=gemm_model_sweep", "workload=gemm_square_512")
-    # each rule's blocks and the blocks around them, once each (the two rules may coincide on a CPU)
-    for rule in ("low", "exact"):
-        mine = [c for c in sweep if dict(c.options).get("gemm_model", "low") == rule]
+    # each rule's blocks and the blocks around them, once each per walk (the two rules may coincide on a CPU)
+    walks = {identify(c.text, LANES)["walk"] for c in sweep}  # type: ignore[index]
+    assert walks == {"paper", "ir"}
+    for rule, walk in product(("low", "exact"), walks):
+        mine = [
+            c for c in sweep
+            if dict(c.options).get("gemm_model", "low") == rule and identify(c.text, LANES)["walk"] == walk  # type: ignore[index]
+        ]  # fmt: skip
         assert len(mine) > 10 and len({c.text for c in mine}) == len(mine)
         labels = [dict(c.options)["gemm_blocks"] for c in mine]
         assert labels.count("model") == 1 and len(set(labels)) == len(labels)
@@ -571,6 +577,27 @@ def test_model_figure_measures_the_gap_to_the_best_blocks(tmp_path: Path) -> Non
         np.random.set_state(random_state)
         drawn.append((tmp_path / str(seed) / Path(again.image).name).read_bytes())
     assert drawn[0] == drawn[1]
+
+
+def test_model_figure_judges_the_papers_walk_and_reports_the_other(tmp_path: Path) -> None:
+    """With the i tiles outer (walk ir) the same blocks run at another speed: the gap is measured within
+    each walk, the verdict stays on the paper's, and the other walk's gap and gain are said."""
+    wl = "gemm_rn50_t08_b1"
+    p = Params(mc=48, nc=64, kc=32, mr=6, nr=16, kr=4)
+
+    def label(walk: str, blocks: str, mc: int = 48) -> str:
+        text = variant_scheme("B3A2C0", dataclasses.replace(p, mc=mc), 8, "both", "optimized", "panels", walk)
+        return f"{text} (gemm_blocks={blocks},partial=masked)"
+
+    rows = fig_rows("gemm_model_sweep", [
+        (wl, "scheme", label("paper", "model"), 27.0), (wl, "scheme", label("paper", "mc*0.5", 24), 30.0),
+        (wl, "scheme", label("ir", "model"), 33.0), (wl, "scheme", label("ir", "mc*0.5", 24), 31.0),
+    ])  # fmt: skip
+    (fig,) = figures_of(rows, tmp_path, "gemm_model")
+    assert fig.ours == pytest.approx(10.0) and fig.verdict == "partial"  # the paper's walk: 27 against 30
+    assert [(r["walk"], r["gap %"]) for r in fig.table] == [("paper", pytest.approx(10.0)), ("ir", 0.0)]
+    assert "walk ir, beyond the paper" in fig.measured and "0.0%" in fig.measured
+    assert f"x1.100 ({wl})" in fig.measured  # 33 over 30
 
 
 def test_space_entry_takes_the_model_rule() -> None:
