@@ -9,11 +9,9 @@ draw. ``params.bandwidths`` are the metric's (``harness.search.model``).
 
 from __future__ import annotations
 
-import math
-
 from harness.search import Problem, SearchConfig, SearchError, Strategy
 from harness.search._conv import Sampled
-from harness.search.model import DEFAULT_BANDWIDTHS, metric_for
+from harness.search.model import bandwidths, metric_for
 from kernels.candidate import Candidate
 
 PARAMS = ("model_prior", "bandwidths")
@@ -36,18 +34,17 @@ class RandomSearch(Strategy):
         if not isinstance(k, int) or isinstance(k, bool) or k < 1:
             raise SearchError(f"search.params.model_prior must be an integer >= 1 (1: uniform), got {k!r}")
         self.prior = k
-        self.bandwidths = tuple(float(b) for b in p.get("bandwidths", DEFAULT_BANDWIDTHS))
+        self.bandwidths = bandwidths(p)
         self.draws = Sampled(problem, cfg, self.sampler)
-
-    def _score(self, c: Candidate) -> float:
-        s = metric_for(self.problem, c.text, self.bandwidths)
-        return s if math.isfinite(s) else math.inf
 
     def _next(self) -> Candidate | None:
         if self.prior == 1:
             return self.draws.next()
         drawn = [c for c in (self.draws.next() for _ in range(self.prior)) if c is not None]
-        return min(drawn, key=self._score) if drawn else None  # the first of equal scores: seeded order
+        if not drawn:
+            return None
+        # the lowest metric; the first of equal scores (min keeps it): the seeded order decides
+        return min(drawn, key=lambda c: metric_for(self.problem, c.text, self.bandwidths))
 
     def ask(self, n: int) -> list[Candidate]:
         out = []

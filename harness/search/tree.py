@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from harness.search import Problem, SearchConfig, SearchError, Strategy
 from harness.search._conv import candidate, conv_context
-from harness.search.model import DEFAULT_BANDWIDTHS, metric_for
+from harness.search.model import bandwidths, metric_for
 from kernels.candidate import Candidate
 from kernels.conv_space import CONV_DIMS, Plan, conv_footprints, divisors
 
@@ -53,7 +53,7 @@ class TreeSearch(Strategy):
         p = cfg.params
         self.branches = int(p.get("num_branches", 8))
         self.max_children = int(p.get("max_children", 64))
-        self.bws = tuple(float(b) for b in p.get("bandwidths", DEFAULT_BANDWIDTHS))
+        self.bws = bandwidths(p)
         self.rng = random.Random(cfg.seed)
         self.stride = int(dict(problem.workload.op.params).get("stride", 1))
         seen: dict[str, Candidate] = {}
