@@ -220,10 +220,11 @@ def test_a_job_reusing_simulations_runs_after_the_job_that_makes_them() -> None:
     assert checked >= 2  # the quick and full -O0 jobs
 
 
-def test_the_contention_job_runs_after_every_search_whose_winners_it_retimes() -> None:
-    """ttile_conv_contention re-times the best scheme of each experiment its sweep names
-    (``space.best_of.experiment``): a search job of the same profile that could run after it would leave
-    its winner out, and Snakemake would not run the contention job again."""
+def test_the_select_job_runs_after_every_search_whose_winners_it_retimes() -> None:
+    """ttile_conv_select times the best 4 schemes of each experiment its sweep names
+    (``space.best_of.experiment``, ttile_conv_contention's pool): a search job of the same profile that
+    could run after it would leave its winners out, and Snakemake would not run it again. The contention
+    job then confirms the select job's winners, after it."""
     import yaml
 
     part = yaml.safe_load((ROOT / "studies" / "ttile_conv" / "catalogue.yaml").read_text())
@@ -231,11 +232,13 @@ def test_the_contention_job_runs_after_every_search_whose_winners_it_retimes() -
     searched = set(sweep["space"]["best_of"]["experiment"])
     checked = 0
     for profile, jobs in part["jobs"].items():
-        if "ttile_conv_contention" not in jobs:
+        if "ttile_conv_select" not in jobs:
             continue
         searches = {name for name in jobs if name in searched}
         assert searches, profile
-        assert searches <= set(part["after"]["ttile_conv_contention"]), (profile, searches)
+        assert searches <= set(part["after"]["ttile_conv_select"]), (profile, searches)
+        assert "space.best_of.experiment=[ttile_conv_select]" in jobs["ttile_conv_contention"]
+        assert part["after"]["ttile_conv_contention"] == ["ttile_conv_select"]
         checked += 1
     assert checked  # the full profile re-times the winners
 
@@ -308,3 +311,33 @@ def test_the_prefetch_sweep_retimes_the_contention_pool_as_measured_and_with_eac
     variants = pf["space"]["best_of"]["variants"]
     assert variants[0] == {} and all(set(v) == {"prefetch"} for v in variants[1:])
     assert pf["timing"]["rounds"] >= 3 and pf["baselines"] == ct["baselines"]
+
+
+def test_the_refine100_sweep_is_the_levers_search_refined_at_a_budget_of_100() -> None:
+    """ttile_conv_levers_refine100 asks the goal's "best of 100" of the refinement: the levers search's
+    space, code generation and rounds, search=refine with 100 proposals (50 of them the same draws), its
+    best 5 confirmed, under an experiment of its own."""
+    from harness.config import composed
+
+    ref = composed(["+sweeps=ttile_conv_levers_refine100", "workload=yolo9000_23"])
+    lev = composed(["+sweeps=ttile_conv_random_levers", "workload=yolo9000_23"])
+    assert ref["experiment"] == "ttile_conv_levers_refine100" != lev["experiment"]
+    assert ref["space"] == lev["space"] and ref["codegen"] == lev["codegen"]
+    assert ref["timing"] == lev["timing"]
+    assert ref["search"]["strategy"] == "refine" and lev["search"]["strategy"] == "random"
+    assert ref["search"]["budget"] == 100 and ref["search"]["confirm"] == 5
+    assert ref["search"]["params"]["explore"] == 50 and ref["search"]["seed"] == lev["search"]["seed"]
+
+
+def test_the_select_sweep_times_the_contention_pools_best_4_alone_under_its_own_experiment() -> None:
+    """ttile_conv_select chooses each layer's winner in shared rounds (the best 4 of ttile_conv_contention's
+    pool, alone, beside the same baselines), for ttile_conv_contention to confirm in rounds of its own."""
+    from harness.config import composed
+
+    sel = composed(["+sweeps=ttile_conv_select", "workload=yolo9000_23"])
+    ct = composed(["+sweeps=ttile_conv_contention", "workload=yolo9000_23"])
+    assert sel["experiment"] == "ttile_conv_select" != ct["experiment"]
+    assert sel["space"]["best_of"]["experiment"] == ct["space"]["best_of"]["experiment"]
+    assert sel["space"]["best_of"]["n"] == 4 and ct["space"]["best_of"]["n"] == 1
+    assert sel["timing"]["contention"] == "none" and sel["timing"]["rounds"] >= 3
+    assert sel["baselines"] == ct["baselines"]

@@ -474,7 +474,8 @@ def test_refine_figure_compares_what_each_run_gained_after_the_shared_draws(tmp_
 
 
 @pytest.mark.parametrize("name", ["ttile_conv_remainder", "ttile_conv_directed", "ttile_conv_masked",
-                                  "ttile_conv_levers_refine", "ttile_conv_model_prior"])  # fmt: skip
+                                  "ttile_conv_levers_refine", "ttile_conv_model_prior",
+                                  "ttile_conv_levers_refine100"])  # fmt: skip
 def test_lever_figure_divides_each_runs_ratio_to_its_own_onednn(name: str, tmp_path) -> None:  # noqa: ANN001
     """With the lever the best reaches 1.10 of its run's oneDNN where the run without reached 1.00, on a
     day the host ran everything at half speed: the figure compares the ratios (x1.10), not the days."""
@@ -485,13 +486,15 @@ def test_lever_figure_divides_each_runs_ratio_to_its_own_onednn(name: str, tmp_p
     without, with_ = fig.LEVERS[name]
     draw = {"ttile_conv_remainder": fig.remainder, "ttile_conv_directed": fig.directed,
             "ttile_conv_masked": fig.masked, "ttile_conv_levers_refine": fig.levers_refine,
-            "ttile_conv_model_prior": fig.model_prior}[name]  # fmt: skip
+            "ttile_conv_model_prior": fig.model_prior,
+            "ttile_conv_levers_refine100": fig.levers_refine100}[name]  # fmt: skip
 
-    def figure(with_ratio: float, slow: float = 0.5):  # noqa: ANN202
+    def figure(with_ratio: float, slow: float = 0.5, last: float | None = None):  # noqa: ANN202
         parts = []
         for layer in ("yolo9000_00", "resnet18_02"):
+            mine = last if last is not None and layer == "resnet18_02" else with_ratio
             for series, exp in fig.LEVERS[name].items():
-                ratio, speed = (with_ratio, slow) if series == with_ else (1.0, 1.0)
+                ratio, speed = (mine, slow) if series == with_ else (1.0, 1.0)
                 lib_ns = 1000.0 / speed
                 sides = (("scheme", lib_ns / ratio, "[T_{2,c}]"), ("baseline", lib_ns, "onednn"))
                 for kind, ns, text in sides:
@@ -509,9 +512,12 @@ def test_lever_figure_divides_each_runs_ratio_to_its_own_onednn(name: str, tmp_p
     assert f"ahead of oneDNN (median of the round ratios) 2 {with_}, 0 {without}" in f.measured
     row = next(r for r in f.table if r["workload"] == "resnet18_02")
     assert row["gain"] == pytest.approx(1.10, rel=1e-3)
-    if name == "ttile_conv_model_prior":  # its claim: the best of 100 within 3% of the best of 1000
+    if name in fig.LEVER_WITHIN:  # the best of 100 within 3% of the best of 1000 on >= 18 of 23 layers
         assert figure(0.975).verdict == "reproduced" and figure(0.96).verdict == "partial"
-        assert figure(0.9).verdict == "differs" and ">= 0.97" in f.statistic
+        assert figure(0.9).verdict == "differs" and ">= 0.97 on at least 78% of the layers" in f.statistic
+        # a mean within 3% is not enough when a layer is missed: 1 of 2 within is below 18 of 23
+        mixed = figure(1.06, last=0.92)
+        assert mixed.ours > 0.97 and mixed.verdict == "partial" and "within 3% on 1 of 2" in mixed.measured
     else:
         assert figure(1.0).verdict == "partial" and figure(0.9).verdict == "differs"
 

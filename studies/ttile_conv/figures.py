@@ -24,6 +24,8 @@ Figures (one per machine fingerprint; claims in claims.yaml here):
   of 1000 (issue 32's refinement stage after random sampling);
 - ``ttile_conv_model_prior``: the levers search with the §5.4.3 model as the sampler's prior (each draw the
   model's pick of 8), its best of 100 against the uniform draws' best of 1000 (issue 32);
+- ``ttile_conv_levers_refine100``: the refinement from scratch at a budget of 100 (50 draws, 50 mutations),
+  its best against the uniform draws' best of 1000 (issue 32);
 - ``ttile_conv_prefetch``: the searches' winners with the next tiles prefetched (codegen option prefetch)
   over the same schemes without it, paired round by round (issue 32);
 - ``ttile_fig6_5``: the best parallel candidate vs the best sequential one and oneDNN on 1 and 2 threads.
@@ -991,10 +993,20 @@ LEVERS: dict[str, dict[str, str]] = {
         "uniform, best of all draws": "ttile_conv_random_levers",
         "model prior, best of its draws": "ttile_conv_model_prior",
     },
+    # the refinement from scratch at the goal's budget (50 of the levers search's draws, 50 mutations of the
+    # best 4): its best of 100 against the uniform draws' best of 1000, the same question as the prior's
+    "ttile_conv_levers_refine100": {
+        "uniform, best of all draws": "ttile_conv_random_levers",
+        "refined, best of 100": "ttile_conv_levers_refine100",
+    },
 }
-# The verdict's bars on the geometric mean (reproduced, partial) where a lever's claim is not "faster":
-# the model prior's best of 100 draws need only come within 3% of the uniform best of 1000
-LEVER_BARS: dict[str, tuple[float, float]] = {"ttile_conv_model_prior": (0.97, 0.95)}
+# The levers whose claim is issue 32's "best of 100 within 3% of the best of 1000 on >= 18 of 23 layers":
+# (the ratio that counts as within, the share of layers that must be); partial when the geometric mean
+# is within 5%, as a mean can hide the layers the search misses
+LEVER_WITHIN: dict[str, tuple[float, float]] = {
+    "ttile_conv_model_prior": (0.97, 18 / 23),
+    "ttile_conv_levers_refine100": (0.97, 18 / 23),
+}
 REMAINDER = LEVERS["ttile_conv_remainder"]
 
 
@@ -1021,6 +1033,11 @@ def levers_refine(ctx: FigureContext) -> list[PaperFigure]:
 def model_prior(ctx: FigureContext) -> list[PaperFigure]:
     """Issue 32: with the footprint model as the sampler's prior, is the best of 100 near the best of 1000?"""
     return _lever(ctx, "ttile_conv_model_prior")
+
+
+def levers_refine100(ctx: FigureContext) -> list[PaperFigure]:
+    """Issue 32: does the refinement's best of 100 proposals come near the uniform best of 1000 draws?"""
+    return _lever(ctx, "ttile_conv_levers_refine100")
 
 
 def _alone(table: pd.DataFrame) -> pd.DataFrame:
@@ -1073,19 +1090,28 @@ def _lever(ctx: FigureContext, name: str) -> list[PaperFigure]:
             for series, net in nets.items()
         )
         ahead = {series: int(n) for series, n in (wide > 1).sum().items()}  # layers ahead of oneDNN
-        good, fair = LEVER_BARS.get(name, (1.01, 0.99))
-        verdict = "reproduced" if geo >= good else "partial" if geo >= fair else "differs"
+        if name in LEVER_WITHIN:
+            bar, share = LEVER_WITHIN[name]
+            n_within = int((gain >= bar).sum())
+            enough = n_within >= share * len(layers)
+            verdict = "reproduced" if enough else "partial" if geo >= 0.95 else "differs"
+            rule = (f"reproduced if it is >= {bar} on at least {share:.0%} of the layers, partial if the "
+                    "geometric mean is >= 0.95")  # fmt: skip
+            within = f"; within {1 - bar:.0%} on {n_within} of {len(layers)}"
+        else:
+            good, fair = 1.01, 0.99  # a lever whose claim is "faster"
+            verdict = "reproduced" if geo >= good else "partial" if geo >= fair else "differs"
+            rule, within = f"reproduced if the geometric mean is >= {good}, partial if >= {fair}", ""
         measured = (
             f"{with_} / {without}, each over its own run's oneDNN: x{geo:.3f} (geometric mean over "
-            f"{len(layers)} layers; better on {int((gain > 1).sum())}); ahead of oneDNN (median of the "
-            f"round ratios) {ahead[with_]} {with_}, {ahead[without]} {without}; flop-weighted % of peak "
+            f"{len(layers)} layers; better on {int((gain > 1).sum())}{within}); ahead of oneDNN (median of "
+            f"the round ratios) {ahead[with_]} {with_}, {ahead[without]} {without}; flop-weighted % of peak "
             "over oneDNN's, " + weighted
         )
         return paper_figure(
             name, fp, part, verdict=verdict, measured=measured,
             statistic="per layer, the best confirmed candidate's speed over the faster oneDNN 3.x layout of "
-            f"its own run (median of the interleaved rounds' ratios), {with_} divided by {without}; "
-            f"reproduced if the geometric mean is >= {good}, partial if >= {fair}",
+            f"its own run (median of the interleaved rounds' ratios), {with_} divided by {without}; {rule}",
             image=image, csv=csv, table=table.round(3).to_dict("records"), ours=geo,
             unit=f"x ({with_} / {without}, each over its run's oneDNN)",
             experiments=list(pair.values()),
@@ -1340,4 +1366,4 @@ def parallel(ctx: FigureContext) -> list[PaperFigure]:
 
 FIGURES: list[Any] = [histograms, expect_curves, best_vs_onednn, convergence, single_vs_all, divisibility,
                       fixed_permutation, strategies, refine, remainder, directed, masked,
-                      levers_refine, model_prior, prefetch, goal, parallel]  # fmt: skip
+                      levers_refine, model_prior, levers_refine100, prefetch, goal, parallel]  # fmt: skip
