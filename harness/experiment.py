@@ -469,8 +469,28 @@ def _make_search(exp: Experiment, m: machine_mod.Machine) -> Strategy:
     assert exp.search is not None
     caches = tuple(c for c in (m.cache_bytes(lv) for lv in (1, 2, 3)) if c)
     problem = Problem(exp.workload, exp.space, exp.target, exp.base_options, list(exp.candidates),
-                      _selected_microkernels(exp, m), caches or Problem.caches)  # fmt: skip
+                      _selected_microkernels(exp, m), caches or Problem.caches,
+                      _transferred(exp, m))  # fmt: skip
     return make_strategy(problem, exp.search)
+
+
+def _transferred(exp: Experiment, m: machine_mod.Machine) -> list[str]:
+    """``space.transfer_from``: the other workloads' best schemes a refined search starts from."""
+    spec = exp.space.get("transfer_from")
+    if not spec:
+        return []
+    assert exp.search is not None
+    if exp.search.strategy != "refine":
+        raise SearchError(
+            f"space.transfer_from is read by search=refine only (it maps the schemes onto this workload), "
+            f"not by search={exp.search.strategy}"
+        )
+    from harness.winners import NoWinners, best_of_others
+
+    try:
+        return best_of_others(spec, exp.results_dir, exp.workload, m.fingerprint)
+    except NoWinners as exc:
+        raise SearchError(str(exc)) from exc
 
 
 def _run_search(s: Session, todo: list[tuple[Candidate, str]], strategy: Strategy) -> list[dict[str, Any]]:

@@ -1,4 +1,5 @@
-"""The best stored schemes of an experiment, as candidates to time again (``space.best_of``).
+"""The best stored schemes of an experiment, as candidates to time again (``space.best_of``), or as what a
+refined search on another workload starts from (``space.transfer_from``).
 
 Issue 32 re-times each layer's winner of the random search beside oneDNN under other conditions (a
 co-runner on the other core): ``space.best_of: {experiment: ttile_conv_random, n: 1}`` makes the ``n``
@@ -39,27 +40,14 @@ def best_of(
     if not names or not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise NoWinners(f"space.best_of needs an experiment (or a list) and n >= 1, got {dict(spec)}")
     where = Path(spec.get("results_dir") or results_dir)
-    rows = pd.concat([store.load(where, str(e)) for e in names], ignore_index=True)
-    plain = rows["contention"].isna() & (rows["timing_mode"] == "hot")
-    mine = (rows["workload"] == workload.name) & (rows["machine_fingerprint"] == fingerprint)
-    summary = analysis.summarize(rows[plain & mine])
-    ok = summary[summary["status"] == "ok"]
-    libs, ok = ok[ok["candidate_kind"] == "baseline"], ok[ok["candidate_kind"] == "scheme"]
-    if ok.empty:
+    rows = _plain_rows(names, where, fingerprint)
+    best = _ranked(rows[rows["workload"] == workload.name], names).head(n)
+    if best.empty:
         raise NoWinners(
             f"space.best_of: experiment {', '.join(map(str, names))} has no ok scheme for {workload.name} on "
             f"this machine ({fingerprint}) in {where}: run it first, e.g. `harness run -m +sweeps={names[0]} "
             f"workload={workload.name} results_dir={where}`"
         )
-    # Searches of other days ran on another host's mood (the same scheme 2.4x slower from one day to the
-    # next): when every experiment pooled timed a baseline beside its schemes, a scheme is ranked by its
-    # time over the fastest baseline of its own experiment, not by its raw time.
-    own = libs.groupby("experiment")["median_ns"].min()
-    if len(names) > 1 and set(ok["experiment"]) <= set(own.index):
-        ok = ok.assign(rank=ok["median_ns"] / ok["experiment"].map(own))
-    else:
-        ok = ok.assign(rank=ok["median_ns"])
-    best = ok.sort_values("rank").head(n)
     variants = spec.get("variants") or [{}]
     if not all(isinstance(v, Mapping) for v in variants):
         raise NoWinners(
@@ -72,3 +60,52 @@ def best_of(
         for r in best.itertuples()
         for v in variants
     ]
+
+
+def best_of_others(
+    spec: Mapping[str, Any], results_dir: Path, workload: Workload, fingerprint: str
+) -> list[str]:
+    """``space.transfer_from``: the ``spec['n']`` (default 1) fastest ok schemes of experiment
+    ``spec['experiment']`` (or a list, ranked as :func:`best_of` ranks them) on each *other* workload of
+    the same operator on this machine, as scheme texts (written for their own sizes: search=refine maps
+    them onto this workload). The workload's own rows are left out, so what a search starts from is what
+    the other layers' searches found, not this layer's answer."""
+    experiment = spec.get("experiment")
+    names = [experiment] if isinstance(experiment, str) else list(experiment or [])
+    n = spec.get("n", 1)
+    if not names or not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise NoWinners(f"space.transfer_from needs an experiment (or a list) and n >= 1, got {dict(spec)}")
+    where = Path(spec.get("results_dir") or results_dir)
+    rows = _plain_rows(names, where, fingerprint)
+    rows = rows[(rows["workload"] != workload.name) & (rows["op"] == workload.op.name)]
+    texts = [str(t) for _, g in rows.groupby("workload") for t in _ranked(g, names).head(n)["candidate_text"]]
+    if not texts:
+        raise NoWinners(
+            f"space.transfer_from: experiment {', '.join(map(str, names))} has no ok {workload.op.name} "
+            f"scheme on a workload other than {workload.name} on this machine ({fingerprint}) in {where}: "
+            f"run it first on other layers, e.g. `harness run -m +sweeps={names[0]} results_dir={where}`"
+        )
+    return list(dict.fromkeys(texts))
+
+
+def _plain_rows(names: list[Any], where: Path, fingerprint: str) -> pd.DataFrame:
+    """The experiments' rows on this machine, timed hot without a co-runner."""
+    rows = pd.concat([store.load(where, str(e)) for e in names], ignore_index=True)
+    plain = rows["contention"].isna() & (rows["timing_mode"] == "hot")
+    return rows[plain & (rows["machine_fingerprint"] == fingerprint)]
+
+
+def _ranked(rows: pd.DataFrame, names: list[Any]) -> pd.DataFrame:
+    """One workload's ok schemes, fastest first. Searches of other days ran on another host's mood (the
+    same scheme 2.4x slower from one day to the next): when every experiment pooled timed a baseline
+    beside its schemes, a scheme is ranked by its time over the fastest baseline of its own experiment,
+    not by its raw time."""
+    summary = analysis.summarize(rows)
+    ok = summary[summary["status"] == "ok"]
+    libs, ok = ok[ok["candidate_kind"] == "baseline"], ok[ok["candidate_kind"] == "scheme"]
+    own = libs.groupby("experiment")["median_ns"].min()
+    if len(names) > 1 and set(ok["experiment"]) <= set(own.index):
+        ok = ok.assign(rank=ok["median_ns"] / ok["experiment"].map(own))
+    else:
+        ok = ok.assign(rank=ok["median_ns"])
+    return ok.sort_values("rank")

@@ -329,6 +329,20 @@ def test_the_refine100_sweep_is_the_levers_search_refined_at_a_budget_of_100() -
     assert ref["search"]["params"]["explore"] == 50 and ref["search"]["seed"] == lev["search"]["seed"]
 
 
+def test_the_transfer100_sweep_is_refine100_started_from_the_other_layers_winners() -> None:
+    """ttile_conv_levers_transfer100: refine100's search, space and code generation, the other layers' best
+    of the levers search as its first proposals (space.transfer_from), 50 proposals before any mutation."""
+    from harness.config import composed
+
+    tr = composed(["+sweeps=ttile_conv_levers_transfer100", "workload=yolo9000_23"])
+    ref = composed(["+sweeps=ttile_conv_levers_refine100", "workload=yolo9000_23"])
+    assert tr["experiment"] == "ttile_conv_levers_transfer100"
+    assert tr["space"].pop("transfer_from") == {"experiment": "ttile_conv_random_levers", "n": 1}
+    assert tr["space"] == ref["space"] and tr["codegen"] == ref["codegen"] and tr["timing"] == ref["timing"]
+    assert tr["search"]["params"].pop("explore") == 28 and ref["search"]["params"].pop("explore") == 50
+    assert tr["search"] == ref["search"]
+
+
 def test_the_select_sweep_times_the_contention_pools_best_4_alone_under_its_own_experiment() -> None:
     """ttile_conv_select chooses each layer's winner in shared rounds (the best 4 of ttile_conv_contention's
     pool, alone, beside the same baselines), for ttile_conv_contention to confirm in rounds of its own."""

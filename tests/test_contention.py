@@ -16,7 +16,7 @@ from harness import experiment as exp_mod
 from harness.cli import UsageError
 from harness.machine import detect
 from harness.run import TimingConfig, corunner_cpu
-from harness.winners import NoWinners, best_of
+from harness.winners import NoWinners, best_of, best_of_others
 from kernels.candidate import Candidate, Workload
 from tests.conftest import FAST_TIMING, scheme
 
@@ -132,6 +132,44 @@ def test_best_of_takes_the_fastest_plain_schemes_of_another_experiment(
     assert dict(variants[1].options) == {**dict(variants[0].options), "prefetch": "i"}
     with pytest.raises(NoWinners, match="variants is a list of option mappings"):
         best_of({"experiment": "search", "variants": ["i"]}, tmp_path, W, fp)
+
+
+def test_transfer_from_takes_the_best_of_each_other_workload_and_never_the_own(tmp_path: Path) -> None:
+    """space.transfer_from: the n fastest schemes of each *other* workload of the same operator (the
+    layer's own answer left out), on this machine, plain hot rows only."""
+    rows = [
+        _unit("own", "scheme", "[OWN]", "mm64", [100.0] * 3),  # the fastest of all, but this workload's
+        _unit("a1", "scheme", "[A1]", "mmA", [900.0] * 3),
+        _unit("a2", "scheme", "[A2]", "mmA", [800.0] * 3),
+        _unit("b1", "scheme", "[B1]", "mmB", [700.0] * 3),
+        _unit("b2", "scheme", "[B2]", "mmB", [50.0] * 3, contention="stream"),  # timed beside a co-runner
+        _unit("c1", "scheme", "[C1]", "mmC", [10.0] * 3, machine_fingerprint="fpB"),  # another machine
+        _unit("d1", "scheme", "[D1]", "convD", [10.0] * 3, op="conv2d"),  # another operator
+    ]
+    for r in rows:
+        store.write_row(tmp_path, r)
+    w = Workload.make("mm64", "matmul", {"i": 64, "j": 64, "k": 64})
+    spec = {"experiment": "exp1"}
+    assert sorted(best_of_others(spec, tmp_path, w, "fpA")) == ["[A2]", "[B1]"]
+    assert sorted(best_of_others({**spec, "n": 2}, tmp_path, w, "fpA")) == ["[A1]", "[A2]", "[B1]"]
+    with pytest.raises(NoWinners, match="no ok matmul scheme on a workload other than mm64"):
+        best_of_others(spec, tmp_path, w, "fpZ")
+    with pytest.raises(NoWinners, match="transfer_from needs an experiment"):
+        best_of_others({"experiment": "exp1", "n": 0}, tmp_path, w, "fpA")
+
+
+def test_transfer_from_is_for_the_refinement_and_names_what_is_missing(tmp_path: Path) -> None:
+    from harness.search import SearchConfig, SearchError
+
+    space = {"name": "conv_test", "transfer_from": {"experiment": "exp1"}}
+    w = Workload.make("mm64", "matmul", {"i": 64, "j": 64, "k": 64})
+    exp = exp_mod.Experiment("t", w, [], results_dir=tmp_path, space=space, search=SearchConfig("random", 5))
+    with pytest.raises(SearchError, match="read by search=refine only"):
+        exp_mod._transferred(exp, detect())
+    refine = dataclasses.replace(exp, search=SearchConfig("refine", 5))
+    with pytest.raises(SearchError, match="no ok matmul scheme on a workload other than mm64"):
+        exp_mod._transferred(refine, detect())
+    assert exp_mod._transferred(dataclasses.replace(refine, space={"name": "conv_test"}), detect()) == []
 
 
 def test_best_of_in_a_composed_experiment_names_the_command_to_run_first(tmp_path: Path) -> None:

@@ -662,6 +662,66 @@ def test_refine_from_seeds_measures_them_first_then_mutates_the_best() -> None:
         make_strategy(base, SearchConfig("refine", 5, 0, params={"seeds": "yes"}))
 
 
+def test_transfer_maps_another_workloads_scheme_onto_this_one() -> None:
+    """space.transfer_from: a scheme drawn for one layer, on another layer of the space: the same register
+    tile (suffix), its loops' order kept (each dimension's loops where they were), legal there; a scheme
+    whose tile no plan of the space has maps to nothing."""
+    import random
+
+    from harness.search import refine
+    from harness.search._conv import conv_context
+    from kernels.conv_space import draw
+    from kernels.scheme import parse_scheme
+
+    src = conv_context(problem({**SPACE, "conv": PRIORS}, workload=TWO_PLANS))
+    big = Workload.make("big24", "conv2d", {"h": 8, "w": 24, "k": 32, "c": 16, "r": 3, "s": 3})
+    dst = conv_context(problem({**SPACE, "conv": PRIORS}, workload=big))
+    rng = random.Random(3)
+    mapped = 0
+    for _ in range(30):
+        text, plan = draw(src, "random", rng)
+        got = refine.transfer(dst, text, rng)
+        if got is None:
+            continue
+        out, new = got
+        assert dst.legal(out) and new.suffix() == plan.suffix() and new in dst.plans
+        # each dimension's innermost loop keeps its place among the others (outer levels may merge away)
+        first = list(dict.fromkeys(a.dim for a in reversed(parse_scheme(text)) if a.kind in refine.LOOPS))
+        then = list(dict.fromkeys(a.dim for a in reversed(parse_scheme(out)) if a.kind in refine.LOOPS))
+        assert [d for d in first if d in then] == [d for d in then if d in first], (text, out)
+        mapped += 1
+    assert mapped >= 20
+    assert refine.transfer(dst, "[R_h, R_k, R_c, R_r, R_s, U_{9,w}, U_{2,k}, V_k]", rng) is None
+
+
+def test_refine_starts_from_the_transferred_schemes_and_says_when_none_fits() -> None:
+    """The mapped schemes of other layers are the first proposals (counted in the budget), then draws."""
+    import random
+
+    from harness.search._conv import conv_context
+    from kernels.conv_space import draw
+
+    src = conv_context(problem({**SPACE, "conv": PRIORS}, workload=TWO_PLANS))
+    rng = random.Random(5)
+    texts = list(dict.fromkeys(draw(src, "random", rng)[0] for _ in range(4)))
+    big = Workload.make("big24", "conv2d", {"h": 8, "w": 24, "k": 32, "c": 16, "r": 3, "s": 3})
+    base = problem({**SPACE, "conv": PRIORS}, workload=big)
+    prob = dataclasses.replace(base, transfer=texts)
+    strat = make_strategy(prob, SearchConfig("refine", 20, 3, params={"explore": 2}))
+    n = strat.n_seeds
+    assert 1 <= n <= len(texts)
+    first = strat.ask(n + 2)
+    assert first[:n] == strat_seeds(prob) and len({c.key for c in first}) == n + 2
+    foreign = dataclasses.replace(base, transfer=["[R_h, R_k, R_c, R_r, R_s, U_{9,w}, U_{2,k}, V_k]"])
+    with pytest.raises(SearchError, match="none of the 1 schemes of the other workloads"):
+        make_strategy(foreign, SearchConfig("refine", 5, 0))
+
+
+def strat_seeds(prob: Problem) -> list[Candidate]:
+    """The candidates a fresh refine strategy on ``prob`` starts from (the same seed: the same mapping)."""
+    return list(make_strategy(prob, SearchConfig("refine", 20, 3, params={"explore": 2})).seeds)
+
+
 def test_refine_end_to_end_checked_and_resumed(tmp_path: Path, shared_cache: Path) -> None:
     exp = _experiment(tmp_path, shared_cache, "refine", 4)
     exp = dataclasses.replace(exp, search=dataclasses.replace(exp.search, params={"explore": 2}))

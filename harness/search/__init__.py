@@ -100,6 +100,8 @@ class Problem:
     candidates: list[Candidate]  # the space's static candidates (what exhaustive runs for non-conv spaces)
     selected: list[dict[str, int]] | None = None  # microkernels selected on this machine (k in vectors)
     caches: tuple[int, ...] = (32 * 1024, 512 * 1024, 32 * 1024 * 1024)  # bytes, L1..L3 of this machine
+    # other workloads' best schemes (space.transfer_from): search=refine maps them onto this one to start
+    transfer: list[str] = field(default_factory=list)
 
 
 class Strategy(ABC):

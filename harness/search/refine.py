@@ -17,10 +17,14 @@ where it packs), and is one of:
   at the same places;
 - ``pack``: the weights' panel packing added or removed (spaces with ``space.conv.pack_weights`` > 0);
 
-With ``seeds: true`` the run starts from the schemes of its space instead of fresh draws (with
-``space.best_of`` those are another search's winners, e.g. the best 4 of ``ttile_conv_random_levers``): they
-are measured first, in this experiment, then ``explore`` draws, then the mutations. The refined winner is
-so compared with the winners it started from in the same rounds, and a 1000-draw search is not drawn again.
+With ``space.transfer_from`` (another search's best schemes on the *other* workloads, ``harness.winners``)
+the run starts from those schemes mapped onto this workload (:func:`transfer`: the same register tile and
+loop order, the tiles refactored to this layer's trip counts): what the other layers' searches learnt,
+the layer's own results left out. With ``seeds: true`` the run starts from the schemes of its space
+instead of fresh draws (with ``space.best_of`` those are another search's winners, e.g. the best 4 of
+``ttile_conv_random_levers``): they are measured first, in this experiment, then ``explore`` draws, then
+the mutations. The refined winner is so compared with the winners it started from in the same rounds, and
+a 1000-draw search is not drawn again.
 
 And two directed ones, off unless ``search.params.mutations`` lists them (the default list is the seven
 above, so the archived refine runs draw the same proposals from the same seed):
@@ -319,6 +323,33 @@ def mutate(
     return None
 
 
+MICRO = ("U", "Ul", "V")  # the atoms of a scheme's microkernel suffix
+
+
+def transfer(ctx: Context, text: str, rng: random.Random, tries: int = 10) -> tuple[str, Plan] | None:
+    """Another workload's scheme on this one (``space.transfer_from``): a plan of this space on the same
+    register tile (the same microkernel suffix, and the same λ_seq unrolls where the scheme has a cover,
+    else any cover of that tile), the scheme's loops kept in their order and refactored to this workload's
+    trip counts as a plan mutation does (:func:`_replan`). None when no plan of this space has that tile
+    (14 x 2 vectors on a 7-wide layer) or no legal refactoring turns up in ``tries``."""
+    atoms = parse_scheme(text)
+    n = len(atoms)
+    while n and atoms[n - 1].kind in MICRO:
+        n -= 1
+    suffix, body = [a.text() for a in atoms[n:]], atoms[:n]
+    sizes = tuple(sorted({u for a in body if a.kind == "lambda_seq" for _, u in a.seq}))
+    same = [p for p in ctx.plans if p.suffix() == suffix]
+    plans = [p for p in same if tile_of(p)[2] == sizes] or same
+    outer = tuple(a for a in body if a.kind != "Tpar")  # the parallel head is this space's to draw
+    for _ in range(tries if plans else 0):
+        new = rng.choice(plans)
+        child = _replan(ctx, Nest(new, (), outer), new, rng)
+        child = refixed(ctx, child) if child is not None else None
+        if child is not None and ctx.legal(out := child.text()) and ctx.chunk_ok(out):
+            return out, child.plan
+    return None
+
+
 def plan_of(ctx: Context, text: str) -> Plan | None:
     """The plan of the space a scheme was drawn on: its microkernel suffix (and λ_seq cover) read back from
     the text. None when no plan of ``ctx`` fits (another space's microkernel set, or not a drawn scheme)."""
@@ -360,6 +391,18 @@ class Refine(Strategy):
                     "search.params.seeds: the space has no scheme drawn on its own plans to start from (give "
                     "space.best_of another search of the same space, or space.schemes)"
                 )
+        for text in problem.transfer:  # other workloads' winners, mapped onto this one, after the own seeds
+            got = transfer(self.ctx, text, self.rng)
+            c = candidate(problem, self.ctx, got[0]) if got else None
+            if c is not None and c.key not in self.draws.seen:
+                self.draws.seen.add(c.key)
+                self.plans[c.key] = (c.text, got[1])
+                self.seeds.append(c)
+        if problem.transfer and not self.seeds:
+            raise SearchError(
+                f"space.transfer_from: none of the {len(problem.transfer)} schemes of the other workloads "
+                f"has a register tile of this space on {problem.workload.name} (or none refactors legally)"
+            )
         self.n_seeds = len(self.seeds)
 
     def _draw(self) -> Candidate | None:

@@ -26,6 +26,8 @@ Figures (one per machine fingerprint; claims in claims.yaml here):
   model's pick of 8), its best of 100 against the uniform draws' best of 1000 (issue 32);
 - ``ttile_conv_levers_refine100``: the refinement from scratch at a budget of 100 (50 draws, 50 mutations),
   its best against the uniform draws' best of 1000 (issue 32);
+- ``ttile_conv_levers_transfer100``: the same refinement started from the other layers' winners mapped onto
+  each layer (``space.transfer_from``), its best of 100 against the uniform draws' best of 1000 (issue 32);
 - ``ttile_conv_prefetch``: the searches' winners with the next tiles prefetched (codegen option prefetch)
   over the same schemes without it, paired round by round (issue 32);
 - ``ttile_fig6_5``: the best parallel candidate vs the best sequential one and oneDNN on 1 and 2 threads.
@@ -999,6 +1001,12 @@ LEVERS: dict[str, dict[str, str]] = {
         "uniform, best of all draws": "ttile_conv_random_levers",
         "refined, best of 100": "ttile_conv_levers_refine100",
     },
+    # the same refinement started from the other layers' winners mapped onto each layer (space.transfer_from,
+    # the layer's own rows left out), the mapped schemes counted in its 100
+    "ttile_conv_levers_transfer100": {
+        "uniform, best of all draws": "ttile_conv_random_levers",
+        "from the other layers' winners, best of 100": "ttile_conv_levers_transfer100",
+    },
 }
 # The levers whose claim is issue 32's "best of 100 within 3% of the best of 1000 on >= 18 of 23 layers":
 # (the ratio that counts as within, the share of layers that must be); partial when the geometric mean
@@ -1006,6 +1014,7 @@ LEVERS: dict[str, dict[str, str]] = {
 LEVER_WITHIN: dict[str, tuple[float, float]] = {
     "ttile_conv_model_prior": (0.97, 18 / 23),
     "ttile_conv_levers_refine100": (0.97, 18 / 23),
+    "ttile_conv_levers_transfer100": (0.97, 18 / 23),
 }
 REMAINDER = LEVERS["ttile_conv_remainder"]
 
@@ -1038,6 +1047,11 @@ def model_prior(ctx: FigureContext) -> list[PaperFigure]:
 def levers_refine100(ctx: FigureContext) -> list[PaperFigure]:
     """Issue 32: does the refinement's best of 100 proposals come near the uniform best of 1000 draws?"""
     return _lever(ctx, "ttile_conv_levers_refine100")
+
+
+def levers_transfer100(ctx: FigureContext) -> list[PaperFigure]:
+    """Issue 32: started from the other layers' winners, does a best of 100 come near the best of 1000?"""
+    return _lever(ctx, "ttile_conv_levers_transfer100")
 
 
 def _alone(table: pd.DataFrame) -> pd.DataFrame:
@@ -1366,4 +1380,5 @@ def parallel(ctx: FigureContext) -> list[PaperFigure]:
 
 FIGURES: list[Any] = [histograms, expect_curves, best_vs_onednn, convergence, single_vs_all, divisibility,
                       fixed_permutation, strategies, refine, remainder, directed, masked,
-                      levers_refine, model_prior, levers_refine100, prefetch, goal, parallel]  # fmt: skip
+                      levers_refine, model_prior, levers_refine100, levers_transfer100, prefetch, goal,
+                      parallel]  # fmt: skip
