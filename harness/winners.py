@@ -33,15 +33,30 @@ def best_of(
     of experiments, pooled: the best of several searches) on ``workload`` and this machine, by median time
     in hot mode without a co-runner (pooled, by that time over the fastest baseline of the scheme's own
     experiment, when each has one); their code-generation options are the ones they were measured with,
-    updated by each of ``spec['variants']`` when given (one candidate per winner and variant)."""
+    updated by each of ``spec['variants']`` when given (one candidate per winner and variant). With
+    ``spec['each']`` the ``n`` best of *each* experiment of the list instead of the pool's (a head-to-head of
+    two searches' winners in shared rounds), a scheme two of them found timed once."""
     experiment = spec.get("experiment")
     names = [experiment] if isinstance(experiment, str) else list(experiment or [])
-    n = spec.get("n", 1)
-    if not names or not isinstance(n, int) or isinstance(n, bool) or n < 1:
-        raise NoWinners(f"space.best_of needs an experiment (or a list) and n >= 1, got {dict(spec)}")
+    n, each = spec.get("n", 1), spec.get("each", False)
+    if not names or not isinstance(n, int) or isinstance(n, bool) or n < 1 or not isinstance(each, bool):
+        raise NoWinners(
+            f"space.best_of needs an experiment (or a list), n >= 1 and each true or false, got {dict(spec)}"
+        )
     where = Path(spec.get("results_dir") or results_dir)
     rows = _plain_rows(names, where, fingerprint)
-    best = _ranked(rows[rows["workload"] == workload.name], names).head(n)
+    mine = rows[rows["workload"] == workload.name]
+    if each:
+        if missing := [str(e) for e in names if not (mine["experiment"] == e).any()]:
+            raise NoWinners(
+                f"space.best_of.each: experiment {', '.join(missing)} has no row for {workload.name} on "
+                f"this machine ({fingerprint}) in {where}: run it first, e.g. `harness run -m "
+                f"+sweeps={missing[0]} workload={workload.name} results_dir={where}`"
+            )
+        tops = [_ranked(mine[mine["experiment"] == e], [e]).head(n) for e in names]
+        best = pd.concat(tops, ignore_index=True).drop_duplicates(["candidate_text", "candidate_options"])
+    else:
+        best = _ranked(mine, names).head(n)
     if best.empty:
         raise NoWinners(
             f"space.best_of: experiment {', '.join(map(str, names))} has no ok scheme for {workload.name} on "

@@ -343,6 +343,24 @@ def test_the_transfer100_sweep_is_refine100_started_from_the_other_layers_winner
     assert tr["search"] == ref["search"]
 
 
+def test_the_h2h_sweep_times_each_searchs_own_best_in_the_select_sweeps_rounds() -> None:
+    """ttile_conv_h2h: the transfer refinement's best and the uniform search's best of each layer (each,
+    not the pool's best), alone, in ttile_conv_select's rounds beside the same baselines."""
+    from harness.config import composed
+
+    h2h = composed(["+sweeps=ttile_conv_h2h", "workload=yolo9000_23"])
+    sel = composed(["+sweeps=ttile_conv_select", "workload=yolo9000_23"])
+    assert h2h["experiment"] == "ttile_conv_h2h"
+    assert h2h["space"].pop("best_of") == {
+        "experiment": ["ttile_conv_levers_transfer100", "ttile_conv_random_levers"],
+        "n": 1,
+        "each": True,
+    }
+    sel["space"].pop("best_of")
+    assert h2h["space"] == sel["space"] and h2h["timing"] == sel["timing"]
+    assert h2h["baselines"] == sel["baselines"]
+
+
 def test_the_select_sweep_times_the_contention_pools_best_4_alone_under_its_own_experiment() -> None:
     """ttile_conv_select chooses each layer's winner in shared rounds (the best 4 of ttile_conv_contention's
     pool, alone, beside the same baselines), for ttile_conv_contention to confirm in rounds of its own."""

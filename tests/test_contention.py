@@ -123,7 +123,7 @@ def test_best_of_takes_the_fastest_plain_schemes_of_another_experiment(
         )
     pooled = best_of({"experiment": ["search", "nothing-here"], "n": 2}, tmp_path, W, fp)
     assert [c.key for c in pooled] == by_time  # a list of experiments: the best of them all
-    with pytest.raises(NoWinners, match=r"needs an experiment \(or a list\) and n >= 1"):
+    with pytest.raises(NoWinners, match=r"needs an experiment \(or a list\), n >= 1"):
         best_of({"experiment": "search", "n": 0}, tmp_path, W, fp)
     # variants: each winner once per option set, {} as measured, the others updating its options
     variants = best_of({"experiment": "search", "variants": [{}, {"prefetch": "i"}]}, tmp_path, W, fp)
@@ -132,6 +132,30 @@ def test_best_of_takes_the_fastest_plain_schemes_of_another_experiment(
     assert dict(variants[1].options) == {**dict(variants[0].options), "prefetch": "i"}
     with pytest.raises(NoWinners, match="variants is a list of option mappings"):
         best_of({"experiment": "search", "variants": ["i"]}, tmp_path, W, fp)
+
+
+def test_best_of_each_takes_every_experiments_own_best_not_the_pools(tmp_path: Path) -> None:
+    """space.best_of.each: the n best of each experiment of the list (a head-to-head of two searches), a
+    scheme both found once; an experiment without rows for the workload is named."""
+    rows = [
+        _unit("a1", "scheme", "[A1]", "mm64", [100.0] * 3, experiment="e1"),
+        _unit("a2", "scheme", "[A2]", "mm64", [200.0] * 3, experiment="e1"),
+        _unit("s", "scheme", "[S]", "mm64", [150.0] * 3, experiment="e1"),
+        _unit("b1", "scheme", "[B1]", "mm64", [900.0] * 3, experiment="e2"),  # slower than all of e1's
+        _unit("s", "scheme", "[S]", "mm64", [950.0] * 3, experiment="e2"),
+    ]
+    for r in rows:
+        store.write_row(tmp_path, r)
+    w = Workload.make("mm64", "matmul", {"i": 64, "j": 64, "k": 64})
+    pool = {"experiment": ["e1", "e2"], "n": 1}
+    assert [c.text for c in best_of(pool, tmp_path, w, "fpA")] == ["[A1]"]
+    assert [c.text for c in best_of({**pool, "each": True}, tmp_path, w, "fpA")] == ["[A1]", "[B1]"]
+    two = best_of({**pool, "n": 2, "each": True}, tmp_path, w, "fpA")
+    assert [c.text for c in two] == ["[A1]", "[S]", "[B1]"]  # [S], second of both, timed once
+    with pytest.raises(NoWinners, match="best_of.each: experiment e3 has no row for mm64"):
+        best_of({"experiment": ["e1", "e3"], "each": True}, tmp_path, w, "fpA")
+    with pytest.raises(NoWinners, match="each true or false"):
+        best_of({**pool, "each": "yes"}, tmp_path, w, "fpA")
 
 
 def test_transfer_from_takes_the_best_of_each_other_workload_and_never_the_own(tmp_path: Path) -> None:

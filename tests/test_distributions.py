@@ -475,10 +475,14 @@ def test_refine_figure_compares_what_each_run_gained_after_the_shared_draws(tmp_
 
 @pytest.mark.parametrize("name", ["ttile_conv_remainder", "ttile_conv_directed", "ttile_conv_masked",
                                   "ttile_conv_levers_refine", "ttile_conv_model_prior",
-                                  "ttile_conv_levers_refine100"])  # fmt: skip
+                                  "ttile_conv_levers_refine100",
+                                  "ttile_conv_levers_transfer100"])  # fmt: skip
 def test_lever_figure_divides_each_runs_ratio_to_its_own_onednn(name: str, tmp_path) -> None:  # noqa: ANN001
     """With the lever the best reaches 1.10 of its run's oneDNN where the run without reached 1.00, on a
-    day the host ran everything at half speed: the figure compares the ratios (x1.10), not the days."""
+    day the host ran everything at half speed: the figure compares the ratios (x1.10), not the days. A
+    best-of-100 lever is judged against the uniform best of 1000: a uniform run of 100 draws caps it."""
+    import json
+
     import pandas as pd
 
     from studies.ttile_conv import figures as fig
@@ -487,9 +491,10 @@ def test_lever_figure_divides_each_runs_ratio_to_its_own_onednn(name: str, tmp_p
     draw = {"ttile_conv_remainder": fig.remainder, "ttile_conv_directed": fig.directed,
             "ttile_conv_masked": fig.masked, "ttile_conv_levers_refine": fig.levers_refine,
             "ttile_conv_model_prior": fig.model_prior,
-            "ttile_conv_levers_refine100": fig.levers_refine100}[name]  # fmt: skip
+            "ttile_conv_levers_refine100": fig.levers_refine100,
+            "ttile_conv_levers_transfer100": fig.levers_transfer100}[name]  # fmt: skip
 
-    def figure(with_ratio: float, slow: float = 0.5, last: float | None = None):  # noqa: ANN202
+    def figure(with_ratio: float, slow: float = 0.5, last: float | None = None, drawn: int = 1000):  # noqa: ANN202
         parts = []
         for layer in ("yolo9000_00", "resnet18_02"):
             mine = last if last is not None and layer == "resnet18_02" else with_ratio
@@ -502,6 +507,8 @@ def test_lever_figure_divides_each_runs_ratio_to_its_own_onednn(name: str, tmp_p
                     p["median_ns"] = ns
                     p["round_medians_ns"] = [[ns * f for f in (1.0, 1.02, 0.99)]]
                     p["round_times"] = None
+                    if series == without and kind == "scheme":  # the uniform best found at the last draw
+                        p["search_runs"] = json.dumps([[0, drawn - 1]])
                     parts.append(p)
         (f,) = draw(FigureContext(pd.concat(parts, ignore_index=True), tmp_path))
         return f
@@ -518,6 +525,9 @@ def test_lever_figure_divides_each_runs_ratio_to_its_own_onednn(name: str, tmp_p
         # a mean within 3% is not enough when a layer is missed: 1 of 2 within is below 18 of 23
         mixed = figure(1.06, last=0.92)
         assert mixed.ours > 0.97 and mixed.verdict == "partial" and "within 3% on 1 of 2" in mixed.measured
+        assert "the uniform search drew 1000-1000 per layer" in f.measured
+        short = figure(1.10, drawn=100)  # every layer within, but against a uniform best of 100
+        assert short.verdict == "partial" and "fewer than 1000 on 2 (there its best" in short.measured
     else:
         assert figure(1.0).verdict == "partial" and figure(0.9).verdict == "differs"
 

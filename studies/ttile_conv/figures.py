@@ -1054,6 +1054,19 @@ def levers_transfer100(ctx: FigureContext) -> list[PaperFigure]:
     return _lever(ctx, "ttile_conv_levers_transfer100")
 
 
+def _draws(summary: pd.DataFrame) -> pd.Series:
+    """Proposals per workload of a search's summary lines: the highest proposal index + 1 over the
+    candidates' search runs (0 where no line names one)."""
+    if "search_runs" not in summary:
+        return pd.Series(0, index=summary["workload"].unique(), dtype=int)
+
+    def last(runs: object) -> int:
+        return max((i for _, i in json.loads(runs)), default=-1) if isinstance(runs, str) and runs else -1
+
+    proposals = pd.Series([last(r) + 1 for r in summary["search_runs"]], index=summary.index, dtype=int)
+    return proposals.groupby(summary["workload"]).max()
+
+
 def _alone(table: pd.DataFrame) -> pd.DataFrame:
     """The lines of a ``harness versus`` table timed alone and hot (no co-runner)."""
     return table[table["condition"] == "hot cache"] if len(table) else table
@@ -1108,10 +1121,18 @@ def _lever(ctx: FigureContext, name: str) -> list[PaperFigure]:
             bar, share = LEVER_WITHIN[name]
             n_within = int((gain >= bar).sum())
             enough = n_within >= share * len(layers)
-            verdict = "reproduced" if enough else "partial" if geo >= 0.95 else "differs"
-            rule = (f"reproduced if it is >= {bar} on at least {share:.0%} of the layers, partial if the "
-                    "geometric mean is >= 0.95")  # fmt: skip
+            # the claim is against the uniform best of 1000: a uniform run stopped at 100 draws (a first
+            # session on a machine) says where the lever stands against its best of 100, not the claim
+            full = int(CLAIMS["ttile_conv_goal"]["paper_numbers"]["draws"])
+            drawn = _draws(part[part["experiment"] == pair[without]]).reindex(layers).fillna(0).astype(int)
+            short = int((drawn < full).sum())
+            verdict = "reproduced" if enough and not short else "partial" if geo >= 0.95 else "differs"
+            rule = (f"reproduced if it is >= {bar} on at least {share:.0%} of the layers and the uniform "
+                    f"search has {full} draws on each, partial if the geometric mean is >= 0.95")  # fmt: skip
             within = f"; within {1 - bar:.0%} on {n_within} of {len(layers)}"
+            within += f"; the uniform search drew {drawn.min()}-{drawn.max()} per layer"
+            if short:
+                within += f", fewer than {full} on {short} (there its best of those counts, not of {full})"
         else:
             good, fair = 1.01, 0.99  # a lever whose claim is "faster"
             verdict = "reproduced" if geo >= good else "partial" if geo >= fair else "differs"
