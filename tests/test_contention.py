@@ -332,3 +332,47 @@ def test_best_of_pooled_ranks_by_the_baseline_of_each_schemes_own_run(tmp_path: 
     store.write_row(tmp_path, _unit("c", "scheme", "[BARE]", "mm64", [950.0] * 3, experiment="bare"))
     (raw,) = best_of({"experiment": ["old", "new", "bare"]}, tmp_path, w, "fpA")
     assert raw.text == "[OLD]"  # one run without a baseline: raw times, as before
+
+
+def test_h2h_pairs_each_searchs_best_in_the_shared_rounds(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """harness h2h: each search's own best (from its experiment) found in the shared rounds' rows, the
+    first over the second round by round, and each over the faster oneDNN layout of those rounds."""
+    import pandas as pd
+
+    from studies.ttile_conv.commands import h2h
+
+    rows = [
+        _unit("t1", "scheme", "[T1]", "mm64", [100.0] * 3, experiment="tr"),
+        _unit("t2", "scheme", "[T2]", "mm64", [300.0] * 3, experiment="tr"),
+        _unit("u1", "scheme", "[U1]", "mm64", [200.0] * 3, experiment="un"),
+        _unit("t1", "scheme", "[T1]", "mm64", [110.0, 100.0, 120.0], experiment="h"),
+        _unit("u1", "scheme", "[U1]", "mm64", [220.0, 100.0, 240.0], experiment="h"),
+        _unit("t2", "scheme", "[T2]", "mm64", [10.0] * 3, experiment="h"),  # not a search's best: ignored
+        _unit("o", "baseline", "onednn", "mm64", [121.0, 110.0, 132.0], experiment="h"),
+        _unit("ob", "baseline", "onednn-blocked", "mm64", [500.0] * 3, experiment="h"),
+    ]
+    for r in rows:
+        store.write_row(tmp_path, r)
+    h2h.main(
+        [
+            "--results",
+            str(tmp_path),
+            "--experiment",
+            "h",
+            "--searches",
+            "tr,un",
+            "--csv",
+            str(tmp_path / "t.csv"),
+        ]
+    )
+    out = capsys.readouterr().out
+    assert "tr / un: x2.000 (geometric mean over 1 layers), better on 1 (0 in every round)" in out
+    line = pd.read_csv(tmp_path / "t.csv").iloc[0]
+    assert line["tr / un"] == pytest.approx(2.0) and line["tr / un low"] == pytest.approx(1.0)
+    assert line["tr / oneDNN"] == pytest.approx(1.1) and line["un / oneDNN"] == pytest.approx(0.55)
+    with pytest.raises(SystemExit):
+        h2h.main(["--results", str(tmp_path), "--experiment", "h", "--searches", "tr"])
+    with pytest.raises(SystemExit):
+        h2h.main(["--results", str(tmp_path), "--experiment", "nothing", "--searches", "tr,un"])
