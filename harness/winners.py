@@ -44,7 +44,7 @@ def best_of(
             f"space.best_of needs an experiment (or a list), n >= 1 and each true or false, got {dict(spec)}"
         )
     where = Path(spec.get("results_dir") or results_dir)
-    rows = _plain_rows(names, where, fingerprint)
+    rows = plain_rows(names, where, fingerprint)
     mine = rows[rows["workload"] == workload.name]
     if each:
         if missing := [str(e) for e in names if not (mine["experiment"] == e).any()]:
@@ -53,10 +53,10 @@ def best_of(
                 f"this machine ({fingerprint}) in {where}: run it first, e.g. `harness run -m "
                 f"+sweeps={missing[0]} workload={workload.name} results_dir={where}`"
             )
-        tops = [_ranked(mine[mine["experiment"] == e], [e]).head(n) for e in names]
+        tops = [ranked(mine[mine["experiment"] == e], [e]).head(n) for e in names]
         best = pd.concat(tops, ignore_index=True).drop_duplicates(["candidate_text", "candidate_options"])
     else:
-        best = _ranked(mine, names).head(n)
+        best = ranked(mine, names).head(n)
     if best.empty:
         raise NoWinners(
             f"space.best_of: experiment {', '.join(map(str, names))} has no ok scheme for {workload.name} on "
@@ -91,9 +91,9 @@ def best_of_others(
     if not names or not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise NoWinners(f"space.transfer_from needs an experiment (or a list) and n >= 1, got {dict(spec)}")
     where = Path(spec.get("results_dir") or results_dir)
-    rows = _plain_rows(names, where, fingerprint)
+    rows = plain_rows(names, where, fingerprint)
     rows = rows[(rows["workload"] != workload.name) & (rows["op"] == workload.op.name)]
-    texts = [str(t) for _, g in rows.groupby("workload") for t in _ranked(g, names).head(n)["candidate_text"]]
+    texts = [str(t) for _, g in rows.groupby("workload") for t in ranked(g, names).head(n)["candidate_text"]]
     if not texts:
         raise NoWinners(
             f"space.transfer_from: experiment {', '.join(map(str, names))} has no ok {workload.op.name} "
@@ -103,14 +103,14 @@ def best_of_others(
     return list(dict.fromkeys(texts))
 
 
-def _plain_rows(names: list[Any], where: Path, fingerprint: str) -> pd.DataFrame:
+def plain_rows(names: list[Any], where: Path, fingerprint: str) -> pd.DataFrame:
     """The experiments' rows on this machine, timed hot without a co-runner."""
     rows = pd.concat([store.load(where, str(e)) for e in names], ignore_index=True)
     plain = rows["contention"].isna() & (rows["timing_mode"] == "hot")
     return rows[plain & (rows["machine_fingerprint"] == fingerprint)]
 
 
-def _ranked(rows: pd.DataFrame, names: list[Any]) -> pd.DataFrame:
+def ranked(rows: pd.DataFrame, names: list[Any]) -> pd.DataFrame:
     """One workload's ok schemes, fastest first. Searches of other days ran on another host's mood (the
     same scheme 2.4x slower from one day to the next): when every experiment pooled timed a baseline
     beside its schemes, a scheme is ranked by its time over the fastest baseline of its own experiment,

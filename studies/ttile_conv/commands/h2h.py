@@ -22,7 +22,7 @@ import pandas as pd
 
 from harness import analysis, store
 from harness.commands.versus import DEFAULT_BASELINES
-from harness.winners import _plain_rows, _ranked
+from harness.winners import plain_rows, ranked
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -75,9 +75,9 @@ def main(argv: list[str]) -> None:
     for s in searches:
         bests[s] = {}
         for fp in rows["machine_fingerprint"].unique():
-            mine = _plain_rows([s], args.results, str(fp))
+            mine = plain_rows([s], args.results, str(fp))
             for workload, g in mine.groupby("workload"):
-                top = _ranked(g, [s])
+                top = ranked(g, [s])
                 if not top.empty:
                     bests[s][(str(fp), str(workload))] = str(top.iloc[0]["candidate_text"])
     table = head_to_head(analysis.summarize(rows), bests)
