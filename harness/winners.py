@@ -36,14 +36,12 @@ def best_of(
     updated by each of ``spec['variants']`` when given (one candidate per winner and variant). With
     ``spec['each']`` the ``n`` best of *each* experiment of the list instead of the pool's (a head-to-head of
     two searches' winners in shared rounds), a scheme two of them found timed once."""
-    experiment = spec.get("experiment")
-    names = [experiment] if isinstance(experiment, str) else list(experiment or [])
-    n, each = spec.get("n", 1), spec.get("each", False)
-    if not names or not isinstance(n, int) or isinstance(n, bool) or n < 1 or not isinstance(each, bool):
+    names, n, where = _pool(spec, results_dir)
+    each = spec.get("each", False)
+    if not names or not _count(n) or not isinstance(each, bool):
         raise NoWinners(
             f"space.best_of needs an experiment (or a list), n >= 1 and each true or false, got {dict(spec)}"
         )
-    where = Path(spec.get("results_dir") or results_dir)
     rows = plain_rows(names, where, fingerprint)
     mine = rows[rows["workload"] == workload.name]
     if each:
@@ -85,12 +83,9 @@ def best_of_others(
     the same operator on this machine, as scheme texts (written for their own sizes: search=refine maps
     them onto this workload). The workload's own rows are left out, so what a search starts from is what
     the other layers' searches found, not this layer's answer."""
-    experiment = spec.get("experiment")
-    names = [experiment] if isinstance(experiment, str) else list(experiment or [])
-    n = spec.get("n", 1)
-    if not names or not isinstance(n, int) or isinstance(n, bool) or n < 1:
+    names, n, where = _pool(spec, results_dir)
+    if not names or not _count(n):
         raise NoWinners(f"space.transfer_from needs an experiment (or a list) and n >= 1, got {dict(spec)}")
-    where = Path(spec.get("results_dir") or results_dir)
     rows = plain_rows(names, where, fingerprint)
     rows = rows[(rows["workload"] != workload.name) & (rows["op"] == workload.op.name)]
     texts = [str(t) for _, g in rows.groupby("workload") for t in ranked(g, names).head(n)["candidate_text"]]
@@ -103,11 +98,23 @@ def best_of_others(
     return list(dict.fromkeys(texts))
 
 
-def plain_rows(names: list[Any], where: Path, fingerprint: str) -> pd.DataFrame:
-    """The experiments' rows on this machine, timed hot without a co-runner."""
+def _pool(spec: Mapping[str, Any], results_dir: Path) -> tuple[list[Any], Any, Path]:
+    """A spec's experiments (one name or a list), its ``n`` (default 1) and where their rows are."""
+    experiment = spec.get("experiment")
+    names = [experiment] if isinstance(experiment, str) else list(experiment or [])
+    return names, spec.get("n", 1), Path(spec.get("results_dir") or results_dir)
+
+
+def _count(n: object) -> bool:
+    return isinstance(n, int) and not isinstance(n, bool) and n >= 1
+
+
+def plain_rows(names: list[Any], where: Path, fingerprint: str | None) -> pd.DataFrame:
+    """The experiments' rows on this machine (every machine's with ``None``), timed hot without a
+    co-runner."""
     rows = pd.concat([store.load(where, str(e)) for e in names], ignore_index=True)
     plain = rows["contention"].isna() & (rows["timing_mode"] == "hot")
-    return rows[plain & (rows["machine_fingerprint"] == fingerprint)]
+    return rows[plain & ((rows["machine_fingerprint"] == fingerprint) if fingerprint else True)]
 
 
 def ranked(rows: pd.DataFrame, names: list[Any]) -> pd.DataFrame:

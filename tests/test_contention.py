@@ -369,6 +369,10 @@ def test_h2h_pairs_each_searchs_best_in_the_shared_rounds(
     )
     out = capsys.readouterr().out
     assert "tr / un: x2.000 (geometric mean over 1 layers), better on 1 (0 in every round)" in out
+    store.write_row(tmp_path, _unit("u9", "scheme", "[U9]", "mm32", [50.0] * 3, experiment="un"))
+    store.write_row(tmp_path, _unit("u9", "scheme", "[U9]", "mm32", [50.0] * 3, experiment="h"))
+    h2h.main(["--results", str(tmp_path), "--experiment", "h", "--searches", "tr,un"])
+    assert "left out (a search's best is not among the shared rounds' ok schemes" in capsys.readouterr().err
     line = pd.read_csv(tmp_path / "t.csv").iloc[0]
     assert line["tr / un"] == pytest.approx(2.0) and line["tr / un low"] == pytest.approx(1.0)
     assert line["tr / oneDNN"] == pytest.approx(1.1) and line["un / oneDNN"] == pytest.approx(0.55)

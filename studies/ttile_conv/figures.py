@@ -1054,17 +1054,9 @@ def levers_transfer100(ctx: FigureContext) -> list[PaperFigure]:
     return _lever(ctx, "ttile_conv_levers_transfer100")
 
 
-def _draws(summary: pd.DataFrame) -> pd.Series:
-    """Proposals per workload of a search's summary lines: the highest proposal index + 1 over the
-    candidates' search runs (0 where no line names one)."""
-    if "search_runs" not in summary:
-        return pd.Series(0, index=summary["workload"].unique(), dtype=int)
-
-    def last(runs: object) -> int:
-        return max((i for _, i in json.loads(runs)), default=-1) if isinstance(runs, str) and runs else -1
-
-    proposals = pd.Series([last(r) + 1 for r in summary["search_runs"]], index=summary.index, dtype=int)
-    return proposals.groupby(summary["workload"]).max()
+def _draws(summary: pd.DataFrame, experiment: str) -> pd.Series:
+    """Proposals per workload of a search: its highest proposal index + 1 (:func:`_runs`)."""
+    return (_runs(_schemes(summary, experiment)).groupby("workload")["index"].max() + 1).astype(int)
 
 
 def _alone(table: pd.DataFrame) -> pd.DataFrame:
@@ -1124,7 +1116,7 @@ def _lever(ctx: FigureContext, name: str) -> list[PaperFigure]:
             # the claim is against the uniform best of 1000: a uniform run stopped at 100 draws (a first
             # session on a machine) says where the lever stands against its best of 100, not the claim
             full = int(CLAIMS["ttile_conv_goal"]["paper_numbers"]["draws"])
-            drawn = _draws(part[part["experiment"] == pair[without]]).reindex(layers).fillna(0).astype(int)
+            drawn = _draws(part, pair[without]).reindex(layers).fillna(0).astype(int)
             short = int((drawn < full).sum())
             verdict = "reproduced" if enough and not short else "partial" if geo >= 0.95 else "differs"
             rule = (f"reproduced if it is >= {bar} on at least {share:.0%} of the layers and the uniform "

@@ -74,17 +74,21 @@ def main(argv: list[str]) -> None:
     bests: dict[str, dict[tuple[str, str], str]] = {}
     for s in searches:
         bests[s] = {}
-        for fp in rows["machine_fingerprint"].unique():
-            mine = plain_rows([s], args.results, str(fp))
-            for workload, g in mine.groupby("workload"):
-                top = ranked(g, [s])
-                if not top.empty:
-                    bests[s][(str(fp), str(workload))] = str(top.iloc[0]["candidate_text"])
+        for (fp, workload), g in plain_rows([s], args.results, None).groupby(
+            ["machine_fingerprint", "workload"]
+        ):
+            top = ranked(g, [s])
+            if not top.empty:
+                bests[s][(str(fp), str(workload))] = str(top.iloc[0]["candidate_text"])
     table = head_to_head(analysis.summarize(rows), bests)
     if table.empty:
         print(f"harness h2h: no layer of {args.experiment} has the best schemes of both "
               f"{', '.join(searches)} and a oneDNN layout ok", file=sys.stderr)  # fmt: skip
         raise SystemExit(2)
+    if left := sorted(set(rows["workload"]) - set(table["workload"])):
+        print(f"left out (a search's best is not among the shared rounds' ok schemes, e.g. it was searched "
+              f"further since, or no oneDNN layout is ok): {', '.join(map(str, left))}",
+              file=sys.stderr)  # fmt: skip
     key = f"{searches[0]} / {searches[1]}"
     with pd.option_context("display.width", 250, "display.precision", 3):
         print(table.to_string(index=False))
