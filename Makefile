@@ -49,8 +49,8 @@ tvm: setup
 # The quick reproduction: a handful of matmul and conv schemes plus library baselines, then the report.
 quick: setup
 	@echo "make quick: 36 harness jobs, one or more per figure of the five papers at reduced sizes (Snakemake,"
-	@echo "one measurement at a time), then the HTML report: about 8 minutes after setup on a 2-vCPU"
-	@echo "Emerald Rapids; each job's time lands in results/benchmarks/. Full sizes: make full."
+	@echo "one measurement at a time), then the HTML report: 4 to 13 minutes after setup on 2 vCPUs by CPU"
+	@echo "and host load (docs/timings.md); each job's time lands in results/benchmarks/. Full sizes: make full."
 	$(VENV)/bin/snakemake --profile profiles/quick quick
 	@echo "report: $$(pwd)/results/report/index.html"
 

@@ -369,6 +369,10 @@ def test_h2h_pairs_each_searchs_best_in_the_shared_rounds(
     )
     out = capsys.readouterr().out
     assert "tr / un: x2.000 (geometric mean over 1 layers), better on 1 (0 in every round)" in out
+    # per network, flop-weighted: tr's medians are 110 against oneDNN's 121 (x1.1 in each round), un's 220
+    assert "  tr, mm64 (1 layers): x1.100, ahead on 1 (1 in every round)" in out
+    assert "  un, mm64 (1 layers): x0.550, ahead on 0 (0 in every round)" in out
+    assert "  the better of the two, mm64 (1 layers): x1.100, ahead on 1 (1 in every round)" in out
     store.write_row(tmp_path, _unit("u9", "scheme", "[U9]", "mm32", [50.0] * 3, experiment="un"))
     store.write_row(tmp_path, _unit("u9", "scheme", "[U9]", "mm32", [50.0] * 3, experiment="h"))
     h2h.main(["--results", str(tmp_path), "--experiment", "h", "--searches", "tr,un"])

@@ -59,7 +59,7 @@ def _conv_networks() -> dict[str, str]:
     return {layer.name: layer.network for layer in load_layers()}
 
 
-def _network(workload: str) -> str:
+def network_of(workload: str) -> str:
     """The group a workload's line is averaged in: its conv network (kernels.conv_space's table), else
     its name up to the last underscore."""
     return _conv_networks().get(workload, workload.rsplit("_", 1)[0])
@@ -92,7 +92,7 @@ def versus(summary: pd.DataFrame, baselines: tuple[str, ...], within: int | None
             best["round_medians_ns"], lib["round_medians_ns"], best["round_times"], lib["round_times"]
         )
         lines.append({
-            "machine_fingerprint": fp, "workload": workload, "network": _network(str(workload)),
+            "machine_fingerprint": fp, "workload": workload, "network": network_of(str(workload)),
             "condition": cond, "flops": float(best["flops"]),
             "best_pct": float(best["pct_peak_median"]), "baseline_pct": float(lib["pct_peak_median"]),
             "baseline": str(lib["label"]), "ratio_median": float(lib["median_ns"] / best["median_ns"]),

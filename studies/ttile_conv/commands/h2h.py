@@ -8,7 +8,9 @@ beside both oneDNN layouts in shared interleaved rounds. This command finds, per
 scheme of those rows is each search's best (ranked as ``space.best_of`` ranks them) and prints the first
 search's speed over the second's round by round (``harness.analysis.round_ratio``: median [lowest,
 highest]), and each over the faster oneDNN layout of the same rounds (as ``harness versus`` picks it), then
-the geometric mean and the layers better by the median / in every round.
+the geometric mean and the layers better by the median / in every round, and per network the flop-weighted
+% of peak of each search, and of the better of the two per layer, over oneDNN's (as ``harness versus``
+weighs its network lines; issue 32's 1.05 is this number).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from harness import analysis, store
-from harness.commands.versus import DEFAULT_BASELINES
+from harness.commands.versus import DEFAULT_BASELINES, network_of, networks
 from harness.winners import plain_rows, ranked
 
 
@@ -53,12 +55,34 @@ def head_to_head(shared: pd.DataFrame, bests: dict[str, dict[tuple[str, str], st
             return analysis.round_ratio(x["round_medians_ns"], y["round_medians_ns"],
                                         x.get("round_times"), y.get("round_times"))  # fmt: skip
 
-        line: dict[str, object] = {"machine_fingerprint": fp, "workload": workload, "same": ta == tb}
+        line: dict[str, object] = {
+            "machine_fingerprint": fp, "workload": workload, "network": network_of(str(workload)),
+            "flops": float(lib["flops"]), "same": ta == tb, "oneDNN pct": float(lib["pct_peak_median"]),
+            f"{first} pct": float(sa["pct_peak_median"]), f"{second} pct": float(sb["pct_peak_median"]),
+        }  # fmt: skip
         for name, (x, y) in {f"{first} / {second}": (sa, sb), f"{first} / oneDNN": (sa, lib),
                              f"{second} / oneDNN": (sb, lib)}.items():  # fmt: skip
             line[name], line[f"{name} low"], line[f"{name} high"] = ratio(x, y)
         lines.append(line)
     return pd.DataFrame(lines)
+
+
+def weighted(table: pd.DataFrame, searches: list[str]) -> pd.DataFrame:
+    """Per machine and network, each search's flop-weighted % of peak over oneDNN's in the shared rounds
+    (``harness versus``'s network lines), and the same for the better of the two per layer."""
+    sides = {s: (table[f"{s} pct"], table[f"{s} / oneDNN"], table[f"{s} / oneDNN low"]) for s in searches}
+    first = table[f"{searches[0]} / oneDNN"] >= table[f"{searches[1]} / oneDNN"]
+    pick = [table[f"{searches[0]} {c}"].where(first, table[f"{searches[1]} {c}"])
+            for c in ("pct", "/ oneDNN", "/ oneDNN low")]  # fmt: skip
+    sides["the better of the two"] = tuple(pick)
+    parts = []
+    for side, (pct, mid, low) in sides.items():
+        lines = table[["machine_fingerprint", "network", "flops"]].assign(
+            condition="hot cache", best_pct=pct, baseline_pct=table["oneDNN pct"], round_ratio=mid,
+            ratio_median=mid, round_ratio_low=low,
+        )  # fmt: skip
+        parts.append(networks(lines).assign(side=side))
+    return pd.concat(parts, ignore_index=True)
 
 
 def main(argv: list[str]) -> None:
@@ -100,6 +124,10 @@ def main(argv: list[str]) -> None:
         col = f"{s} / oneDNN"
         every = int((table[f"{col} low"] > 1).sum())
         print(f"{col}: ahead on {int((table[col] > 1).sum())} ({every} in every round)")
+    print("\nflop-weighted % of peak over oneDNN's, per network (the shared rounds):")
+    for _, n in weighted(table, searches).iterrows():
+        print(f"  {n['side']}, {n['network']} ({n['workloads']} layers): x{n['weighted_ratio']:.3f}, "
+              f"ahead on {n['ahead_median']} ({n['ahead_every_round']} in every round)")  # fmt: skip
     if args.csv:
         table.to_csv(args.csv, index=False)
         print(f"{args.csv}: {len(table)} lines", file=sys.stderr)
