@@ -6,12 +6,15 @@ co-runner on the other core): ``space.best_of: {experiment: ttile_conv_random, n
 fastest ok schemes of that experiment, on this workload and machine, the space's candidates. With
 ``variants`` (a list of code-generation options, ``{}`` for the winner as measured), each winner is timed
 once per variant, its options updated by it: a lever applied to the winners of a search, in the same
-rounds (``ttile_conv_prefetch``).
+rounds (``ttile_conv_prefetch``). With ``machine`` (a fingerprint) the winners are another machine's, as
+found in the results directory (an archive of a CPU of the same ISA unpacked into it): a search tuned on
+one CPU ported to this one, timed here, or the seeds a refinement here starts from.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -37,6 +40,7 @@ def best_of(
     ``spec['each']`` the ``n`` best of *each* experiment of the list instead of the pool's (a head-to-head of
     two searches' winners in shared rounds), a scheme two of them found timed once."""
     names, n, where = _pool(spec, results_dir)
+    fingerprint, on = _machine(spec, fingerprint)
     each = spec.get("each", False)
     if not names or not _count(n) or not isinstance(each, bool):
         raise NoWinners(
@@ -48,7 +52,7 @@ def best_of(
         if missing := [str(e) for e in names if not (mine["experiment"] == e).any()]:
             raise NoWinners(
                 f"space.best_of.each: experiment {', '.join(missing)} has no row for {workload.name} on "
-                f"this machine ({fingerprint}) in {where}: run it first, e.g. `harness run -m "
+                f"{on} in {where}: run it first, e.g. `harness run -m "
                 f"+sweeps={missing[0]} workload={workload.name} results_dir={where}`"
             )
         tops = [ranked(mine[mine["experiment"] == e], [e]).head(n) for e in names]
@@ -58,7 +62,7 @@ def best_of(
     if best.empty:
         raise NoWinners(
             f"space.best_of: experiment {', '.join(map(str, names))} has no ok scheme for {workload.name} on "
-            f"this machine ({fingerprint}) in {where}: run it first, e.g. `harness run -m +sweeps={names[0]} "
+            f"{on} in {where}: run it first, e.g. `harness run -m +sweeps={names[0]} "
             f"workload={workload.name} results_dir={where}`"
         )
     variants = spec.get("variants") or [{}]
@@ -84,6 +88,7 @@ def best_of_others(
     them onto this workload). The workload's own rows are left out, so what a search starts from is what
     the other layers' searches found, not this layer's answer."""
     names, n, where = _pool(spec, results_dir)
+    fingerprint, on = _machine(spec, fingerprint)
     if not names or not _count(n):
         raise NoWinners(f"space.transfer_from needs an experiment (or a list) and n >= 1, got {dict(spec)}")
     rows = plain_rows(names, where, fingerprint)
@@ -92,7 +97,7 @@ def best_of_others(
     if not texts:
         raise NoWinners(
             f"space.transfer_from: experiment {', '.join(map(str, names))} has no ok {workload.op.name} "
-            f"scheme on a workload other than {workload.name} on this machine ({fingerprint}) in {where}: "
+            f"scheme on a workload other than {workload.name} on {on} in {where}: "
             f"run it first on other layers, e.g. `harness run -m +sweeps={names[0]} results_dir={where}`"
         )
     return list(dict.fromkeys(texts))
@@ -103,6 +108,22 @@ def _pool(spec: Mapping[str, Any], results_dir: Path) -> tuple[list[Any], Any, P
     experiment = spec.get("experiment")
     names = [experiment] if isinstance(experiment, str) else list(experiment or [])
     return names, spec.get("n", 1), Path(spec.get("results_dir") or results_dir)
+
+
+def _machine(spec: Mapping[str, Any], fingerprint: str) -> tuple[str, str]:
+    """The machine whose rows a spec reads (its ``machine``, a fingerprint, if given, else this one) and
+    how a message names it."""
+    machine = spec.get("machine")
+    if machine is None or machine == fingerprint:
+        return fingerprint, f"this machine ({fingerprint})"
+    if not isinstance(machine, str) or not re.fullmatch(r"[0-9a-f]{12}", machine):
+        raise NoWinners(
+            f"machine is a 12-hex-digit fingerprint (`harness calibrate` prints it), got {machine!r}"
+        )
+    return machine, (
+        f"machine {machine} (not this one, {fingerprint}; its rows come from its archive: `harness archive "
+        f"unpack reports/measured/<date>-{machine}-<experiment>.tar.xz --results DIR`)"
+    )
 
 
 def _count(n: object) -> bool:

@@ -373,3 +373,21 @@ def test_the_select_sweep_times_the_contention_pools_best_4_alone_under_its_own_
     assert sel["space"]["best_of"]["n"] == 4 and ct["space"]["best_of"]["n"] == 1
     assert sel["timing"]["contention"] == "none" and sel["timing"]["rounds"] >= 3
     assert sel["baselines"] == ct["baselines"]
+
+
+def test_the_ported_sweeps_time_another_machines_winners_here_under_experiments_of_their_own() -> None:
+    """ttile_conv_ported and gemm_ported: another CPU's winners (space.best_of.machine) timed here in rounds
+    beside the same baselines as the sweeps they start from, nothing of the space itself for GEMM."""
+    from harness.config import composed
+
+    conv = composed(["+sweeps=ttile_conv_ported", "workload=yolo9000_23"])
+    select = composed(["+sweeps=ttile_conv_select", "workload=yolo9000_23"])
+    assert conv["experiment"] == "ttile_conv_ported" and conv["space"]["best_of"]["machine"] == "85c29e923036"
+    assert conv["timing"] == select["timing"] and conv["baselines"] == select["baselines"]
+    gemm = composed(["+sweeps=gemm_ported", "workload=gemm_rn50_t03"])
+    tuned = composed(["+sweeps=gemm_tuned", "workload=gemm_rn50_t03"])
+    assert gemm["experiment"] == "gemm_ported" and gemm["space"]["schemes"] == []
+    assert gemm["space"]["best_of"]["experiment"] == ["gemm_tuned", "gemm_squares"]
+    assert gemm["baselines"] == tuned["baselines"] and gemm["timing"] == tuned["timing"]
+    swept = (ROOT / "sweeps" / "gemm_ported.yaml").read_text()
+    assert all(f"gemm_rn50_t{i:02d}" in swept for i in range(1, 12)) and "gemm_square_2000" in swept

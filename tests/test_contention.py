@@ -384,3 +384,28 @@ def test_h2h_pairs_each_searchs_best_in_the_shared_rounds(
         h2h.main(["--results", str(tmp_path), "--experiment", "h", "--searches", "tr"])
     with pytest.raises(SystemExit):
         h2h.main(["--results", str(tmp_path), "--experiment", "nothing", "--searches", "tr,un"])
+
+
+def test_best_of_and_transfer_from_read_another_machines_rows_when_asked(tmp_path: Path) -> None:
+    """space.best_of.machine / transfer_from.machine: the winners another CPU found (its archive unpacked into
+    the results directory), not this one's; a malformed fingerprint and a machine without rows are named."""
+    other = "0123456789ab"
+    rows = [
+        _unit("h", "scheme", "[HERE]", "mm64", [100.0] * 3, experiment="e1"),
+        _unit("t", "scheme", "[THERE]", "mm64", [500.0] * 3, experiment="e1", machine_fingerprint=other),
+        _unit("u", "scheme", "[THERE2]", "mm32", [50.0] * 3, experiment="e1", machine_fingerprint=other),
+    ]
+    for r in rows:
+        store.write_row(tmp_path, r)
+    w = Workload.make("mm64", "matmul", {"i": 64, "j": 64, "k": 64})
+    assert [c.text for c in best_of({"experiment": "e1"}, tmp_path, w, "fpA")] == ["[HERE]"]
+    there = best_of({"experiment": "e1", "machine": other}, tmp_path, w, "fpA")
+    assert [c.text for c in there] == ["[THERE]"]
+    assert [c.text for c in best_of({"experiment": "e1", "machine": "fpA"}, tmp_path, w, "fpA")] == ["[HERE]"]
+    assert best_of_others({"experiment": "e1", "machine": other}, tmp_path, w, "fpA") == ["[THERE2]"]
+    with pytest.raises(NoWinners, match="no ok matmul scheme on a workload other than mm64"):
+        best_of_others({"experiment": "e1"}, tmp_path, w, "fpA")  # this machine has mm64 only
+    with pytest.raises(NoWinners, match="12-hex-digit fingerprint"):
+        best_of({"experiment": "e1", "machine": "Zen 3"}, tmp_path, w, "fpA")
+    with pytest.raises(NoWinners, match=r"machine ba9876543210 \(not this one, fpA; its rows come from"):
+        best_of({"experiment": "e1", "machine": "ba9876543210"}, tmp_path, w, "fpA")

@@ -599,6 +599,30 @@ def test_the_plan_of_a_drawn_scheme_is_read_back_from_its_text() -> None:
     assert refine.plan_of(ctx, "[R_h, R_w, R_k, R_c, R_r, R_s, U_{16,k}, V_k]") is None
 
 
+def test_a_scheme_of_another_microkernel_set_keeps_the_plan_its_text_spells() -> None:
+    """Seeds from another machine (space.best_of.machine) were drawn on its microkernel selection: plan_of
+    reads their plan from the text itself (unrolls, λ_seq cover, partial dimensions) when no plan of this
+    space's set fits, so a refinement here can start from them."""
+    import random
+
+    from harness.search import refine
+    from harness.search._conv import conv_context
+    from kernels.conv_space import draw
+
+    conv = {**PRIORS, "partial": "masked", "lambda_remainder": True}
+    wide = conv_context(problem({**SPACE, "conv": {**conv, "microkernels": "all"}}, workload=TWO_PLANS))
+    forced = {**conv, "microkernels": "forced", "forced": ["U_{1,w}, U_{1,k}, V_k"]}
+    few = conv_context(problem({**SPACE, "conv": forced}, workload=TWO_PLANS))
+    rng = random.Random(3)
+    foreign = 0
+    for _ in range(60):
+        text, plan = draw(wide, "random", rng)
+        foreign += plan not in few.plans
+        assert refine.plan_of(few, text) == plan, text
+    assert foreign > 20  # most of the draws are of plans the small set does not have
+    assert refine.plan_of(few, "[R_h, R_w, R_k, R_c, R_r, R_s, U_{16,k}, V_k]") is None
+
+
 def test_the_pack_mutation_places_the_panels_where_the_draws_do() -> None:
     """With constant_weights the draws pack the whole weights outermost and keep them (constant=K): the
     pack mutation does the same, so a refined scheme is not charged a copy per call that the draws'

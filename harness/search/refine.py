@@ -48,6 +48,9 @@ from harness.search import Problem, SearchConfig, SearchError, Strategy
 from harness.search._conv import Sampled, candidate
 from kernels.candidate import Candidate
 from kernels.conv_space import (
+    CONV_DIMS,
+    MK_ORDER,
+    PARTIAL_DIMS,
     REDUCTION_DIMS,
     SAMPLERS,
     Context,
@@ -352,9 +355,12 @@ def transfer(ctx: Context, text: str, rng: random.Random, tries: int = 10) -> tu
 
 def plan_of(ctx: Context, text: str) -> Plan | None:
     """The plan of the space a scheme was drawn on: its microkernel suffix (and λ_seq cover) read back from
-    the text. None when no plan of ``ctx`` fits (another space's microkernel set, or not a drawn scheme)."""
-    atoms = [a.text() for a in parse_scheme(text)]
-    for plan in ctx.plans:
+    the text; failing that, the plan the text itself spells (a scheme of another microkernel set: another
+    machine's selection, ``space.best_of.machine``), when it covers this workload. None when neither fits
+    (not a drawn scheme)."""
+    parsed = parse_scheme(text)
+    atoms = [a.text() for a in parsed]
+    for plan in [*ctx.plans, *_spelled(ctx, parsed)]:
         suffix = plan.suffix()
         if atoms[-len(suffix) :] != suffix:
             continue
@@ -362,6 +368,36 @@ def plan_of(ctx: Context, text: str) -> Plan | None:
         if all(a in atoms for a in whole.values()):
             return plan
     return None
+
+
+def _spelled(ctx: Context, parsed: Sequence[Atom]) -> list[Plan]:
+    """The plan a scheme's own atoms describe: the unrolls of its microkernel suffix (U and Uλ atoms above
+    V_k), the cover of its λ_seq atom, and as partial the dimensions its microkernel does not divide."""
+    if not parsed or parsed[-1].text() != "V_k":
+        return []
+    unroll: dict[str, int] = {}
+    lam = None
+    for a in reversed(parsed[:-1]):
+        if a.kind == "U" and a.dim in MK_ORDER and a.size:
+            unroll[a.dim] = a.size
+        elif a.kind == "Ul" and a.dim in MK_ORDER:
+            lam = a.dim
+        else:
+            break
+    cover: tuple[tuple[int, int], ...] = ()
+    if lam is not None:
+        seqs = [a.seq for a in parsed if a.kind == "lambda_seq" and a.dim == lam]
+        if len(seqs) != 1 or sum(r * u for r, u in seqs[0]) != ctx.sizes[lam]:
+            return []
+        cover, unroll[lam] = seqs[0], seqs[0][0][1]
+    plan = Plan(tuple(sorted(unroll.items())), lam, cover)
+    partial = tuple(d for d in PARTIAL_DIMS if d != lam and ctx.sizes[d] % plan.footprint(d, ctx.lanes))
+    rest = [d for d in CONV_DIMS if d not in (*PARTIAL_DIMS, lam)]
+    if partial and ctx.space.partial == "none":
+        return []
+    if any(ctx.sizes[d] % plan.footprint(d, ctx.lanes) for d in rest):
+        return []
+    return [replace(plan, partial_dims=partial)]
 
 
 class Refine(Strategy):
