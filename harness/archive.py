@@ -24,6 +24,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from harness import store
@@ -40,8 +41,16 @@ class ArchiveError(ValueError):
     """An archive this checkout cannot unpack (unexpected members, rows failing today's schema)."""
 
 
-def pack(results_dir: Path, out: Path, experiments: list[str] | None = None, simulations: bool = True) -> int:
-    """Write ``out`` (.tar.xz) from ``results_dir``: the rows of ``experiments`` (all if None) and, with
+def pack(
+    results_dir: Path,
+    out: Path,
+    experiments: list[str] | None = None,
+    simulations: bool = True,
+    machine: str | None = None,
+) -> int:
+    """Write ``out`` (.tar.xz) from ``results_dir``: the rows of ``experiments`` (all if None; of one
+    ``machine`` fingerprint only if given: a directory into which another machine's archives were unpacked,
+    as the ported sweeps need, would otherwise pack that machine's rows again under this one's name) and, with
     ``simulations``, the data figures read beside the rows (:data:`DATA_DIRS`: the permutation study's
     simulations, the loop-string model's predictions); and the tuning record of each TVM module a packed row
     measured.
@@ -54,8 +63,11 @@ def pack(results_dir: Path, out: Path, experiments: list[str] | None = None, sim
         (Path(tmp) / "rows").mkdir()
         for name in names:
             table = store.table(results_dir, name)
-            if table is None:
-                raise ArchiveError(f"no rows of experiment {name!r} under {base}")
+            if table is not None and machine is not None:
+                table = table.filter(pc.equal(table.column("machine_fingerprint"), machine))
+            if table is None or table.num_rows == 0:
+                of = f" on machine {machine}" if machine else ""
+                raise ArchiveError(f"no rows of experiment {name!r}{of} under {base}")
             pq.write_table(table, Path(tmp) / "rows" / f"{name}.parquet", compression="none")
             n += table.num_rows
             records += _tvm_records(results_dir, table)

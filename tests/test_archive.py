@@ -157,3 +157,17 @@ def test_the_microkernel_selection_travels_with_the_rows_of_its_machine(tmp_path
     _selection(kept, mine[::-1])  # the same selection in another order: nothing to say
     archive.unpack_all([out], tmp_path / "old", say=notes.append)
     assert len(notes) == 1
+
+
+def test_pack_of_one_machine_leaves_another_machines_unpacked_rows_out(tmp_path: Path) -> None:
+    # a ported sweep needs the other machine's archive unpacked beside this one's rows
+    src = tmp_path / "src"
+    for fp in ("aaaaaaaaaaaa", "bbbbbbbbbbbb"):
+        for i in range(2):
+            store.write_row(src, make_row(experiment="exp", candidate_key=f"{fp}{i}", machine_fingerprint=fp))
+    out = tmp_path / "a.tar.xz"
+    assert archive.pack(src, out, ["exp"], machine="bbbbbbbbbbbb") == 2
+    assert archive.unpack(out, tmp_path / "dst") == 2
+    assert set(store.load(tmp_path / "dst")["machine_fingerprint"]) == {"bbbbbbbbbbbb"}
+    with pytest.raises(archive.ArchiveError, match="on machine cccccccccccc"):
+        archive.pack(src, tmp_path / "b.tar.xz", ["exp"], machine="cccccccccccc")

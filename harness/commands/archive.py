@@ -31,6 +31,7 @@ def _parser() -> argparse.ArgumentParser:
     pk.add_argument("--out", type=Path, required=True, help="a .tar.xz path")
     pk.add_argument("--experiment", action="append", help="only these experiments (repeatable)")
     pk.add_argument("--no-simulations", action="store_true", help="leave permutations/ out")
+    pk.add_argument("--machine", help="only this machine fingerprint's rows (not another's unpacked beside)")
     up = sub.add_parser("unpack", help="archives -> results directory")
     up.add_argument("archives", type=Path, nargs="+")
     up.add_argument("--results", type=Path, required=True)
@@ -49,7 +50,7 @@ def main(argv: list[str]) -> None:
         if args.action == "pack":
             if not args.out.name.endswith(".tar.xz"):
                 raise archive.ArchiveError(f"--out must end in .tar.xz, got {args.out}")
-            n = archive.pack(args.results, args.out, args.experiment, not args.no_simulations)
+            n = archive.pack(args.results, args.out, args.experiment, not args.no_simulations, args.machine)
             print(f"{args.out}: {n} rows, {args.out.stat().st_size / 2**20:.1f} MiB", file=sys.stderr)
         elif args.action == "compact":
             for name in args.experiment or store.experiments(args.results):
