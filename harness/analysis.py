@@ -206,7 +206,7 @@ def _first(rows: list[dict[str, object]], column: str) -> object:
 
 
 #: the row columns a summary line reads (the others, such as the machine's JSON, stay out of its records)
-_SUMMARY_INPUTS: tuple[str, ...] = (
+SUMMARY_INPUTS: tuple[str, ...] = (
     *GROUP_KEYS,
     *_CARRIED,
     *("status", "reason", "flags", "flops", "peak_gflops", "timestamp", "search_seed", "search_index"),
@@ -250,7 +250,7 @@ def summarize(df: pd.DataFrame) -> pd.DataFrame:
     lines = _single_row_lines(df.iloc[np.flatnonzero(fast)])
     slow = np.flatnonzero(~fast)
     # the units' rows as plain dicts: pandas' per-group indexing cost 18 ms a unit
-    records = df.iloc[slow][[c for c in _SUMMARY_INPUTS if c in df]].to_dict("records")
+    records = df.iloc[slow][[c for c in SUMMARY_INPUTS if c in df]].to_dict("records")
     slow_codes = codes[slow]
     order = np.argsort(slow_codes, kind="stable")
     units = np.split(order, np.flatnonzero(np.diff(slow_codes[order])) + 1) if slow.size else []

@@ -14,14 +14,22 @@ from __future__ import annotations
 import ctypes
 import gc
 import multiprocessing
+import pickle
+import tempfile
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
 Call = tuple[Callable[..., Any], tuple[Any, ...]]
 
+#: how a report's PNGs are written (``savefig(..., pil_kwargs=PNG)``): zlib level 3, not Pillow's 6, encodes
+#: a figure in 60% of the time for 0.5% more bytes (the report of every archive writes 400 of them)
+PNG: dict[str, Any] = {"compress_level": 3}
+#: calls a worker of :func:`run` makes before a fresh one replaces it
+TASKS_PER_WORKER = 20
 #: the calls of the running :func:`run`, set before its workers fork
 _CALLS: Sequence[Call] = ()
 
@@ -43,11 +51,52 @@ def run(calls: Sequence[Call], workers: int) -> list[Any]:
         _LIBC.malloc_trim(0)
     gc.freeze()  # a worker's collector would touch, and so copy, every page of the parent's objects
     try:
-        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as executor:
-            return list(executor.map(_call, range(len(calls))))
+        # fresh workers every TASKS_PER_WORKER calls each (forked afresh from the parent): the reference
+        # counts a call touches copy the parent's pages into its worker, whose heap keeps growing with what
+        # matplotlib and pandas cache (34 MB private after the fork, 250-300 MB after 250 calls, every
+        # archive's report). A pool per batch, not multiprocessing.Pool(maxtasksperchild=...): that pool
+        # waits forever for the call of a worker the kernel killed, this one raises BrokenProcessPool.
+        context = multiprocessing.get_context("fork")
+        batch = workers * TASKS_PER_WORKER
+        results: list[Any] = []
+        for start in range(0, len(calls), batch):
+            with ProcessPoolExecutor(workers, mp_context=context) as executor:
+                results.extend(executor.map(_call, range(start, min(start + batch, len(calls)))))
+        return results
     finally:
         gc.unfreeze()
         _CALLS = ()
+
+
+def apart(function: Callable[..., Any], *args: Any) -> Any:
+    """``function(*args)`` in one forked process, its result pickled back (here when fork is missing):
+    what the call allocates and frees stays out of this process's heap. The summary of every archive's
+    260 000 units leaves 400 MB of freed lists that glibc cannot give back, and every worker forked
+    after would share those pages (and count them).
+
+    The result comes back through a file, streamed: through the pool's pipe it is one message, held
+    whole as bytes on each side while it is pickled and read back (the summary's 200 MB, twice, at the
+    report's peak)."""
+    if "fork" not in multiprocessing.get_all_start_methods():
+        return function(*args)
+    global _CALLS
+    _CALLS = [(function, args)]
+    try:
+        with tempfile.TemporaryDirectory(prefix="harness-apart-") as tmp:
+            path = Path(tmp) / "result.pickle"
+            with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork")) as executor:
+                executor.submit(_call_into, 0, path).result()
+            with path.open("rb") as fh:
+                return pickle.load(fh)
+    finally:
+        _CALLS = ()
+
+
+def _call_into(i: int, path: Path) -> None:
+    """:func:`_call`, its result pickled into ``path``."""
+    result = _call(i)
+    with path.open("wb") as fh:
+        pickle.dump(result, fh, protocol=pickle.HIGHEST_PROTOCOL)
 
 
 #: the C library when it is glibc (malloc_trim), else None

@@ -27,7 +27,7 @@ from matplotlib.font_manager import FontProperties, findfont, get_font
 from matplotlib.ft2font import LoadFlags
 from matplotlib.lines import Line2D
 
-from harness import analysis, store
+from harness import analysis, drawing, store
 
 #: candidates a facet names, besides the baselines (the best by median % of peak)
 SHOWN = 12
@@ -88,7 +88,7 @@ def plot(
         top = 1 - 0.1 / fig.get_size_inches()[1]
         fig.suptitle(f"{experiment} — {cpu} ({fingerprint[:12]})", fontsize=11, y=top, va="top")
         png = fig_dir / f"{stem}.png"
-        fig.savefig(png, dpi=110)
+        fig.savefig(png, dpi=110, pil_kwargs=drawing.PNG)
     csv = fig_dir / f"{stem}.csv"
     order = units.sort_values(["workload", "timing_mode", "pct_peak_median"], ascending=[True, True, False])
     store.write_csv(order.reindex(columns=CSV_COLUMNS), csv)

@@ -54,7 +54,7 @@ def build_report(
     results_dir: Path, out_dir: Path, experiments: list[str] | None = None, title: str = DEFAULT_TITLE
 ) -> Path:
     """Load the stored rows (optionally only ``experiments``) and write the report; return index.html."""
-    df = store.load(Path(results_dir))
+    df = store.load(Path(results_dir), columns=REPORT_COLUMNS)
     if experiments is not None:
         df = df[df["experiment"].isin(experiments)].reset_index(drop=True)
     return render_report(df, Path(out_dir), title=title, results_dir=Path(results_dir))
@@ -74,7 +74,7 @@ def render_report(
     out_dir = Path(out_dir)
     fig_dir = out_dir / "figures"
     fig_dir.mkdir(parents=True, exist_ok=True)
-    summary = analysis.summarize(df)
+    summary = drawing.apart(analysis.summarize, df)
     names = _display_labels(summary)
     if not summary.empty:
         summary["display"] = [
@@ -144,6 +144,14 @@ _FIGURE_INPUTS = (*analysis.GROUP_KEYS, "cpu_model", "label", "candidate_kind", 
                   "peak_gflops", "status", "times_ns")  # fmt: skip
 
 
+#: the summary's columns of arrays (each unit's round medians and times), in no table or CSV
+_ROUND_COLUMNS = ("round_medians_ns", "round_times")
+#: the summary columns an experiment's figure reads (its units, their CSV, :func:`analysis.repetitions`)
+_UNIT_INPUTS = tuple(dict.fromkeys(
+    (*analysis.GROUP_KEYS, "status", "cpu_model", *(c for c in experiment_figure.CSV_COLUMNS if c != "shown"))
+))  # fmt: skip
+
+
 def _experiment_figure(
     df: pd.DataFrame,
     summary: pd.DataFrame,
@@ -157,22 +165,27 @@ def _experiment_figure(
     best candidates of each facet, ranked over every machine of the experiment, with their repetitions.
     ``at``: the positions of the experiment's lines in ``df`` and in ``summary``."""
     rows_at, summary_at = at
-    exp_summary = summary.iloc[summary_at]
+    # the lines' columns the figure reads: a copy of all of them (the round times' arrays touched, so
+    # copied into the worker) took 300 MB of the largest experiment's figure
+    exp_summary = _rows(summary, summary_at, _UNIT_INPUTS)
     marked = experiment_figure.mark_shown(exp_summary[exp_summary["status"] == "ok"])
     units = marked[marked["machine_fingerprint"] == fp]
     # the named units' repetitions only (23 000 candidates' would be a million lines), and only the columns
     # they need: a worker copies each page of df's objects that its selection touches
     named = units[units["shown"]]
-    rows = _rows(df, rows_at, _FIGURE_INPUTS)
-    rows = rows[(rows["machine_fingerprint"] == fp) & rows["candidate_key"].isin(named["candidate_key"])]
+    # the named units' positions first, then their rows: a take of the experiment's rows on every machine
+    # touched (and so copied into the worker) 100 000 arrays of times of the largest experiment
+    keys = _rows(df, rows_at, ("machine_fingerprint", "candidate_key"))
+    mine = (keys["machine_fingerprint"] == fp) & keys["candidate_key"].isin(named["candidate_key"])
+    rows = _rows(df, rows_at[mine.to_numpy()], _FIGURE_INPUTS)
     reps = analysis.repetitions(rows, named)
     reps["display"] = [names[(exp, k)] for k in reps["candidate_key"]]
     return experiment_figure.plot(reps, units, fig_dir, _stem(exp, fp), exp, fp)
 
 
 def _rows(df: pd.DataFrame, positions: Any, columns: tuple[str, ...]) -> pd.DataFrame:
-    """``df``'s lines at ``positions``, only the ``columns`` it has (a row has about 80: a take of every
-    column copies what a worker would not read)."""
+    """``df``'s (or the summary's) lines at ``positions``, only the ``columns`` it has (a row has about
+    80: a take of every column copies what a worker would not read)."""
     return df.iloc[positions, [df.columns.get_loc(c) for c in dict.fromkeys(columns) if c in df]]
 
 
@@ -187,8 +200,14 @@ def _experiment_calls(
     # each experiment's positions, found in one pass (a mask per experiment scanned every row 200 times)
     rows_at = df.groupby("experiment", sort=False).indices if not df.empty else {}
     summary_at = summary.groupby("experiment", sort=False).indices if not summary.empty else {}
-    ok = summary[summary["status"] == "ok"] if not summary.empty else summary
-    machines = ok.groupby("experiment")["machine_fingerprint"].unique() if not ok.empty else {}
+    # two columns of the ok lines, not a copy of them all (the whole summary, 230 MB for every archive)
+    machines = (
+        summary.loc[summary["status"] == "ok", ["experiment", "machine_fingerprint"]]
+        .groupby("experiment")["machine_fingerprint"]
+        .unique()
+        if len(summary)
+        else {}
+    )
     sections: list[drawing.Call] = []
     drawings: list[drawing.Call] = []
     figures_of: list[list[int]] = []
@@ -206,6 +225,16 @@ _SECTION_INPUTS = (*PROVENANCE_COLUMNS, "sentinel_ratio", "sentinel_cache_ratio"
                    "candidate_key", "workload", "target", "source_hash", "status")  # fmt: skip
 
 
+#: the row columns :func:`_machines` and :func:`_time_span` read
+_MACHINE_INPUTS = ("machine_fingerprint", "machine", "cpu_model", "target", "peak_gflops", "experiment",
+                   "timestamp")  # fmt: skip
+#: every row column the report reads (:func:`build_report` loads only these: the others, about half of a
+#: row's bytes, never left the store)
+REPORT_COLUMNS: tuple[str, ...] = tuple(dict.fromkeys(
+    (*analysis.SUMMARY_INPUTS, *_FIGURE_INPUTS, *_SECTION_INPUTS, *provenance.ROW_COLUMNS, *_MACHINE_INPUTS)
+))  # fmt: skip
+
+
 def _section(
     df: pd.DataFrame,
     summary: pd.DataFrame,
@@ -219,7 +248,8 @@ def _section(
     the caller."""
     rows_at, summary_at = at
     exp_rows = _rows(df, rows_at, _SECTION_INPUTS)
-    exp_summary = summary.iloc[summary_at]
+    # not the round times (arrays a take would touch, so copy into the worker): no table shows them
+    exp_summary = _rows(summary, summary_at, tuple(c for c in summary.columns if c not in _ROUND_COLUMNS))
     ok = exp_summary["status"] == "ok"
     marked = experiment_figure.mark_shown(exp_summary[ok]) if ok.any() else exp_summary[ok]
     failed = exp_summary[~ok].sort_values(["machine_fingerprint", "workload", "display"])
@@ -308,24 +338,21 @@ def _slug(text: str, n: int = 40) -> str:
 
 def _display_labels(summary: pd.DataFrame) -> dict[tuple[str, str], str]:
     """Labels that are unique per experiment: candidates differing only in target ISA share a label."""
-    names: dict[tuple[str, str], str] = {}
     if summary.empty:
-        return names
-    cands = summary.drop_duplicates(["experiment", "candidate_key"])[
-        ["experiment", "candidate_key", "label", "target"]
-    ].copy()
+        return {}
+    # the first line of each (experiment, candidate), found by their codes: hashing 260 000 pairs of strings
+    # (drop_duplicates, duplicated over tuples) took 5 s of every archive's report
+    experiment, key = summary["experiment"].factorize()[0], summary["candidate_key"].factorize()[0]
+    first = np.unique(experiment.astype(np.int64) * (int(key.max()) + 1) + key, return_index=True)[1]
+    cands = summary[["experiment", "candidate_key", "label", "target"]].iloc[np.sort(first)]
     label = cands["label"].fillna(cands["candidate_key"]).astype(str)
     with_target = label + " [" + cands["target"].fillna("?").astype(str) + "]"
-    multi = pd.Series(list(zip(cands["experiment"], label, strict=True))).duplicated(keep=False).to_numpy()
-    still = (
-        pd.Series(list(zip(cands["experiment"], with_target, strict=True))).duplicated(keep=False).to_numpy()
-    )
+    multi = pd.DataFrame({"e": cands["experiment"], "l": label}).duplicated(keep=False).to_numpy()
+    still = pd.DataFrame({"e": cands["experiment"], "l": with_target}).duplicated(keep=False).to_numpy()
     keys = cands["candidate_key"].astype(str)
-    for exp, key, lab, wt, m, s in zip(
-        cands["experiment"], keys, label, with_target, multi, still, strict=True
-    ):
-        names[(exp, key)] = (f"{wt} #{key[:6]}" if s else wt) if m else lab
-    return names
+    shown = label.where(~multi, with_target.where(~still, with_target + " #" + keys.str[:6]))
+    pairs = zip(cands["experiment"].tolist(), keys.tolist(), strict=True)
+    return dict(zip(pairs, shown.tolist(), strict=True))
 
 
 def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
@@ -345,7 +372,7 @@ def _stem(experiment: str, *details: str) -> str:
 def _table_csv(frame: pd.DataFrame, fig_dir: Path, experiment: str, *details: str) -> str:
     """Write ``frame`` as the CSV of one of an experiment's tables; its path relative to the report."""
     path = fig_dir / f"{_stem(experiment, *details)}.csv"
-    store.write_csv(frame.drop(columns=["round_medians_ns", "round_times"], errors="ignore"), path)
+    store.write_csv(frame.drop(columns=list(_ROUND_COLUMNS), errors="ignore"), path)
     return f"{fig_dir.name}/{path.name}"
 
 

@@ -24,7 +24,7 @@ import re
 import tempfile
 import warnings
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -545,9 +545,12 @@ def _ids(table: pa.Table) -> list[str]:
     return [row_id(*vals) for vals in zip(*cols, strict=True)]
 
 
-def _read(paths: list[Path]) -> pa.Table:
-    """Row files or a compacted table, today's schema applied (columns added since read as null)."""
-    return ds.dataset([str(p) for p in paths], schema=SCHEMA, format="parquet").to_table()
+def _read(paths: list[Path], columns: list[str] | None = None, encoded: bool = False) -> pa.Table:
+    """Row files or a compacted table, today's schema applied (columns added since read as null); only
+    ``columns`` when given; ``encoded``: the :data:`_CATEGORICAL` columns as parquet stores them,
+    dictionary-encoded (as plain strings the machine's JSON was 446 of the 783 MB of every archive)."""
+    schema, fmt = (_ENCODED_SCHEMA, _ENCODED_FORMAT) if encoded else (SCHEMA, "parquet")
+    return ds.dataset([str(p) for p in paths], schema=schema, format=fmt).to_table(columns=columns)
 
 
 @functools.lru_cache(maxsize=8)
@@ -563,13 +566,15 @@ def _compacted_ids(results_dir: Path, experiment: str) -> frozenset[str]:
     return frozenset() if version is None else _ids_at(str(path), version)
 
 
-def _experiment_table(directory: Path) -> pa.Table | None:
+def _experiment_table(
+    directory: Path, columns: list[str] | None = None, encoded: bool = False
+) -> pa.Table | None:
     """One experiment's rows: its compacted table, then its single-row files, which win over the table's
-    copy of the same row."""
+    copy of the same row (``columns``: only those, with the row id's; ``encoded``: see :func:`_read`)."""
     try:
-        return _read_experiment(directory)
+        return _read_experiment(directory, columns, encoded)
     except FileNotFoundError:  # a compaction moved rows between the listing and the reading
-        return _read_experiment(directory)
+        return _read_experiment(directory, columns, encoded)
 
 
 def set_aside_unreadable(results_dir: Path, experiment: str) -> list[Path]:
@@ -593,19 +598,22 @@ def _set_aside(directory: Path) -> list[Path]:
     return moved
 
 
-def _read_experiment(directory: Path) -> pa.Table | None:
+def _read_experiment(directory: Path, columns: list[str] | None, encoded: bool) -> pa.Table | None:
+    # the row id's columns too: a row file replaces the table's copy of the same row
+    wanted = None if columns is None else list(dict.fromkeys([*columns, *ID_COLUMNS]))
     files = _row_files_in(directory)
     try:
-        parts = [_read(files)] if files else []
+        parts = [_read(files, wanted, encoded)] if files else []
     except (OSError, pa.ArrowException):  # an unreadable row file: set it aside, read the others
         for aside in _set_aside(directory):
             warnings.warn(f"set aside an unreadable row file (truncated?): {aside}", stacklevel=2)
         files = _row_files_in(directory)
-        parts = [_read(files)] if files else []
+        parts = [_read(files, wanted, encoded)] if files else []
     compacted = directory / COMPACTED
     if compacted.is_file():
-        parts.insert(0, _read([compacted]))
-    return _newest(pa.concat_tables(parts)) if len(parts) > 1 else (parts[0] if parts else None)
+        parts.insert(0, _read([compacted], wanted, encoded))
+    table = _newest(pa.concat_tables(parts)) if len(parts) > 1 else (parts[0] if parts else None)
+    return table if table is None or columns is None else table.select(columns)
 
 
 def _newest(table: pa.Table) -> pa.Table:
@@ -721,16 +729,21 @@ def _stamp(path: Path) -> tuple[int, int, int] | None:
     return (st.st_ino, st.st_mtime_ns, st.st_size)
 
 
-#: columns that repeat one long value on every row of a machine: categorical in pandas (the machine's
-#: JSON is 2 KB a row, 160 MB of the 95 000 archived rows as plain strings)
+#: columns that repeat one long value on every row of a machine: read dictionary-encoded, categorical in
+#: pandas (the machine's JSON is 2 KB a row, 446 MB of the 260 000 archived rows as plain strings)
 _CATEGORICAL = ("machine",)
+_ENCODED_SCHEMA = pa.schema(
+    [pa.field(f.name, pa.dictionary(pa.int32(), f.type)) if f.name in _CATEGORICAL else f for f in SCHEMA]
+)
+_ENCODED_FORMAT = ds.ParquetFileFormat(read_options=ds.ParquetReadOptions(dictionary_columns=_CATEGORICAL))
 
 
 def _to_pandas(table: pa.Table) -> pd.DataFrame:
     """Arrow -> pandas keeping integer and bool columns nullable (failed rows have null n_reps)."""
     for name in _CATEGORICAL:
         i = table.schema.get_field_index(name)
-        table = table.set_column(i, name, pc.dictionary_encode(table.column(i)))
+        if i >= 0 and not pa.types.is_dictionary(table.schema.field(i).type):
+            table = table.set_column(i, name, pc.dictionary_encode(table.column(i)))
     mapping = {I64: pd.Int64Dtype(), pa.bool_(): pd.BooleanDtype()}
     return table.to_pandas(types_mapper=mapping.get)
 
@@ -740,19 +753,30 @@ def empty_frame() -> pd.DataFrame:
     return _to_pandas(SCHEMA.empty_table())
 
 
-def load(results_dir: Path, experiment: str | None = None) -> pd.DataFrame:
-    """Every stored row (of one experiment, or of all) as a DataFrame with the schema applied.
+def load(
+    results_dir: Path, experiment: str | None = None, columns: Sequence[str] | None = None
+) -> pd.DataFrame:
+    """Every stored row (of one experiment, or of all) as a DataFrame with the schema applied; only
+    ``columns`` when given, and those the legacy upgrade reads (a reader of every archive that needs a
+    third of the columns holds a third of the memory). An unknown column is a ValueError naming it.
 
     ``times_ns`` holds one numpy array per row; int64/bool columns are nullable pandas dtypes.
     Baseline rows stored before library versions were recorded read as the libraries they measured
     (kernels.library_versions.LEGACY: an old ``onednn`` row is ``onednn-2.6``, version 2.6.3, from Debian).
     """
-    from kernels.library_versions import upgrade_legacy
+    from kernels.library_versions import LEGACY_COLUMNS, upgrade_legacy
 
-    found = [_experiment_table(d) for d in _experiment_dirs(results_dir, experiment)]
+    wanted = None
+    if columns is not None:
+        unknown = [c for c in columns if c not in COLUMNS]
+        if unknown:
+            raise ValueError(f"unknown column(s) {', '.join(unknown)}; the store has {', '.join(COLUMNS)}")
+        # the legacy upgrade reads and rewrites its own columns: read them whenever it could apply
+        wanted = list(dict.fromkeys([*columns, *LEGACY_COLUMNS]))
+    found = [_experiment_table(d, wanted, encoded=True) for d in _experiment_dirs(results_dir, experiment)]
     tables = [t for t in found if t is not None]
     if not tables:
-        return empty_frame()
+        return empty_frame() if wanted is None else empty_frame()[wanted]
     # one chunk a column, not one per experiment: every later selection (a take) over 160 chunks cost 0.2
     # ms a column, 9 s of the report of every archive
     whole = pa.concat_tables(tables).combine_chunks()

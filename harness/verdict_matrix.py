@@ -15,6 +15,7 @@ from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
+from harness import drawing
 from reports.figures import PaperFigure
 
 #: verdict -> (cell value, colour, mark)
@@ -125,7 +126,7 @@ def plot(
             fontsize=10,
         )
         png = fig_dir / "verdict-matrix.png"
-        fig.savefig(png, dpi=110)
+        fig.savefig(png, dpi=110, pil_kwargs=drawing.PNG)
     csv = fig_dir / "verdict-matrix.csv"
     lines.assign(machine=lines["machine"].str.replace("\n", " ")).to_csv(csv, index=False)
     return {"png": f"{fig_dir.name}/{png.name}", "csv": f"{fig_dir.name}/{csv.name}"}

@@ -48,3 +48,23 @@ def test_a_calls_error_is_raised_to_the_caller(workers: int) -> None:
     with pytest.raises(ValueError, match="no figure"):
         drawing.run(calls, workers)
     assert drawing._CALLS == ()  # nothing of the failed run is kept
+
+
+def test_more_calls_than_a_batch_of_workers_all_come_back_in_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    # fresh workers every TASKS_PER_WORKER calls each: the batches' results are joined in the calls' order
+    monkeypatch.setattr(drawing, "TASKS_PER_WORKER", 2)
+    calls = [(_value_and_pid, (Unpicklable(v), 1)) for v in range(11)]
+    got = drawing.run(calls, 2)
+    assert [v for v, _ in got] == list(range(11))
+    if "fork" in multiprocessing.get_all_start_methods():
+        assert len({pid for _, pid in got}) > 2  # more than one batch of two workers
+
+
+def test_apart_returns_the_result_and_raises_the_error() -> None:
+    value, pid = drawing.apart(_value_and_pid, Unpicklable(7), 3)
+    assert value == 21
+    if "fork" in multiprocessing.get_all_start_methods():
+        assert pid != os.getpid()
+    with pytest.raises(ValueError, match="no summary"):
+        drawing.apart(_fail, "no summary")
+    assert drawing._CALLS == ()

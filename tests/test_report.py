@@ -214,7 +214,7 @@ def test_single_row_units_are_summarised_as_a_unit_of_several_rows_would_be() ->
     df = frame(rows)
     summary = analysis.summarize(df)
     keyed = analysis._keyed(df)
-    records = keyed[[c for c in analysis._SUMMARY_INPUTS if c in keyed]].to_dict("records")
+    records = keyed[[c for c in analysis.SUMMARY_INPUTS if c in keyed]].to_dict("records")
     by_unit: dict[str, list[dict[str, Any]]] = {}
     for r in records:
         by_unit.setdefault(str(r["candidate_key"]), []).append(r)
@@ -301,6 +301,20 @@ def test_build_report(tmp_path: Path) -> None:
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
     # experiment filter
     assert "not-selected" not in html
+
+
+def test_report_of_the_columns_it_reads_is_the_report_of_every_column(tmp_path: Path) -> None:
+    """build_report loads only REPORT_COLUMNS: a column some part of the report reads and the list lacks
+    fails here (a KeyError, or a page that differs from the one built from every column)."""
+    results = tmp_path / "results"
+    for row in synthetic_rows():
+        store.write_row(results, row)
+    projected = report.build_report(results, tmp_path / "a").read_text(encoding="utf-8")
+    whole = report.render_report(store.load(results), tmp_path / "b", results_dir=results)
+    assert projected == whole.read_text(encoding="utf-8")
+    prov = [(tmp_path / d / "provenance.html").read_text(encoding="utf-8") for d in ("a", "b")]
+    assert prov[0] == prov[1]
+    assert set(report.REPORT_COLUMNS) < set(store.COLUMNS)
 
 
 def test_report_empty_store(tmp_path: Path) -> None:

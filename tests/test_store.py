@@ -175,6 +175,22 @@ def test_rewrite_replaces_row(tmp_path: Path) -> None:
     assert len(df) == 1 and df.loc[0, "min_ns"] == 1.0
 
 
+def test_load_of_some_columns_reads_only_those_and_a_row_file_still_wins(tmp_path: Path) -> None:
+    store.write_row(tmp_path, make_row(times_ns=[5.0, 6.0, 7.0]))
+    store.compact(tmp_path, "exp1")
+    store.write_row(tmp_path, make_row(times_ns=[1.0, 2.0, 3.0]))  # a row file beside its compacted copy
+    store.write_row(tmp_path, make_row(candidate_key="k1", seed=1))
+    full = store.load(tmp_path)
+    df = store.load(tmp_path, columns=["workload", "times_ns"])
+    assert {"workload", "times_ns"} <= set(df.columns) < set(full.columns)
+    assert "op_params" not in df and "machine" not in df and "sizes" not in df
+    assert len(df) == len(full) == 2
+    assert sorted(min(t) for t in df["times_ns"]) == sorted(min(t) for t in full["times_ns"]) == [1.0, 990.0]
+    assert list(store.load(tmp_path / "none", columns=["workload"]).columns)[0] == "workload"
+    with pytest.raises(ValueError, match="unknown column.*no_such_column"):
+        store.load(tmp_path, columns=["workload", "no_such_column"])
+
+
 def test_load_empty_has_schema(tmp_path: Path) -> None:
     df = store.load(tmp_path)
     assert df.empty and list(df.columns) == list(store.COLUMNS)

@@ -47,7 +47,8 @@ def pool_hosts(sim: pd.DataFrame, summary: pd.DataFrame) -> pd.DataFrame:
     if sim.empty or "machine_fingerprint" not in sim:
         return sim
     named = sim["cache"] != "host"
-    timed = summary[summary["status"] == "ok"] if "status" in summary else summary
+    # masks over the summary, not a copy of its ok rows: that is the whole summary (230 MB, every archive)
+    ok = summary["status"] == "ok" if "status" in summary else pd.Series(True, index=summary.index)
     fp_col, cpu_col = sim["machine_fingerprint"].astype(str), sim["cpu_model"].astype(str)
     fp, cpu, moved = fp_col.to_numpy(copy=True), cpu_col.to_numpy(copy=True), False
     for exp, part in fp_col[named].groupby(sim["experiment"][named]):
@@ -55,12 +56,12 @@ def pool_hosts(sim: pd.DataFrame, summary: pd.DataFrame) -> pd.DataFrame:
         if len(counts) < 2:
             continue
         keep = str(counts.idxmax())
-        if len(timed):
+        if len(summary):
             # the experiment's own timed rows (<exp>-<layer>, <exp>-t<N>-<layer>), not a longer name's
             mine = sim.loc[part.index, ["layer", "threads"]].drop_duplicates()
             names = {permstudy.timed_experiment_name(exp, la, th) for la, th in mine.itertuples(index=False)}
-            t = timed[timed["experiment"].isin(names)]
-            t_counts = t["machine_fingerprint"].astype(str).value_counts().reindex(counts.index).fillna(0)
+            t = summary.loc[ok & summary["experiment"].isin(names), "machine_fingerprint"]
+            t_counts = t.astype(str).value_counts().reindex(counts.index).fillna(0)
             keep = str(t_counts.idxmax()) if t_counts.max() > 0 else keep
         rows = sim.index.get_indexer(part.index)
         fp[rows] = keep

@@ -55,7 +55,7 @@ from scipy.stats import gmean  # noqa: E402
 from harness import distributions as dist  # noqa: E402
 from harness.analysis import condition, n_rounds, round_ratio  # noqa: E402
 from kernels import tvm_conv  # noqa: E402
-from reports.figures import CLAIMS, FigureContext, PaperFigure, mean_ci, paper_figure  # noqa: E402
+from reports.figures import CLAIMS, FigureContext, PaperFigure, machine_part, mean_ci, paper_figure  # noqa: E402
 
 RANDOM = "ttile_conv_random"
 TVM = "tvm_conv"  # harness tvm-tune: MetaSchedule-tuned TVM modules, Fig 6.3's "AutoTVM" bars
@@ -626,7 +626,7 @@ def convergence(ctx: FigureContext) -> list[PaperFigure]:
                          f"timed by the harness: {final['final'].median():.1f}% "
                          f"(median of {len(final)})")  # fmt: skip
         return paper_figure(
-            name, fp, summary[summary["machine_fingerprint"] == fp], verdict=verdict, measured=measured,
+            name, fp, machine_part(summary, fp), verdict=verdict, measured=measured,
             statistic=f"median over runs of the best of the first {first} proposals (failed = 0%); "
             f"reproduced if random >= the auto-tuner ({TUNERS[tuner]})",
             image=image, csv=csv, table=best_first.round(2).to_dict("records"), ours=ours,
@@ -850,7 +850,7 @@ def strategies(ctx: FigureContext) -> list[PaperFigure]:
                 + ", ".join(f"{c.split(' (')[0]} x{g:.2f}" for c, g in geo.items())
             )
         return paper_figure(
-            name, fp, summary[summary["machine_fingerprint"] == fp], verdict=verdict,
+            name, fp, machine_part(summary, fp), verdict=verdict,
             measured=measured, statistic="best % of peak among the first 100 proposals of "
             "each "
             "strategy per layer; reproduced if random is not beaten by more than 2 points on at least half "
@@ -943,7 +943,7 @@ def refine(ctx: FigureContext) -> list[PaperFigure]:
             + ", ".join(f"{s} x{float(gmean(v)):.3f}" for s, v in lib.items() if len(v))
         )  # fmt: skip
         return paper_figure(
-            name, fp, summary[summary["machine_fingerprint"] == fp], verdict=verdict, measured=measured,
+            name, fp, machine_part(summary, fp), verdict=verdict, measured=measured,
             statistic="per layer, each run's best median % of peak among its first N proposals divided by "
             "its best among the proposals both runs share (the same draws); reproduced if the refined "
             "run's gain is at least 1% above the random one's in geometric mean and within 1% (or ahead) "

@@ -22,7 +22,7 @@ import pandas as pd
 import seaborn as sns
 
 from harness.cachegrind import SOURCE
-from reports.figures import CLAIMS, FigureContext, PaperFigure, mean_ci, ok_rows, paper_figure
+from reports.figures import CLAIMS, FigureContext, PaperFigure, machine_part, mean_ci, ok_rows, paper_figure
 
 YACONV, OURS, IM2COL = "yaconv (ukr=blis)", "yaconv (ukr=ours)", "im2col (gemm=blis)"
 YACONV_PREFIX, IM2COL_PREFIX = "yaconv (", "im2col ("  # every YaConv / im2col variant's label
@@ -335,7 +335,7 @@ def counter_figure(ctx: FigureContext) -> list[PaperFigure]:
             if fewer_br >= 0.8 or gm > 1
             else "differs"
         )
-        sub = summary[summary["machine_fingerprint"] == fp]
+        sub = machine_part(summary, fp)
         return paper_figure(
             "yaconv_counters",
             fp,
