@@ -449,7 +449,7 @@ def _draw_sentinel(when: pd.Series, ratios: pd.DataFrame, png: Path) -> Path:
     ax.axhspan(1 - SENTINEL_DRIFT, 1 + SENTINEL_DRIFT, color="0.9", zorder=0)
     ax.set(ylabel="sentinel / its first", xlabel="row written (UTC)")
     ax.legend(fontsize=7)
-    fig.savefig(png, dpi=100)
+    fig.savefig(png, dpi=100, pil_kwargs=drawing.PNG)
     return png
 
 

@@ -233,16 +233,11 @@ LEGACY: dict[str, tuple[str, str, str, str]] = {
 }
 
 
-#: the row columns :func:`upgrade_legacy` reads and rewrites
-LEGACY_COLUMNS: tuple[str, ...] = (
-    *("candidate_kind", "candidate_text", "candidate_options", "candidate_key", "label"),
-    *("library", "library_version", "library_source"),
-)
-
-
 #: the columns :func:`upgrade_legacy` rewrites, in the order it computes them
 _UPGRADED = ("candidate_text", "candidate_options", "candidate_key", "label", "library", "library_version",
              "library_source")  # fmt: skip
+#: the row columns :func:`upgrade_legacy` reads and rewrites
+LEGACY_COLUMNS: tuple[str, ...] = ("candidate_kind", *_UPGRADED)
 
 
 def upgrade_legacy(rows: Any) -> Any:
@@ -258,9 +253,12 @@ def upgrade_legacy(rows: Any) -> Any:
         return rows
     old = rows.index[(rows["candidate_kind"] == "baseline") & rows["library"].isna()]
     texts = rows.loc[old, "candidate_text"].astype(str)
-    old, texts = old[texts.isin(list(LEGACY))], texts[texts.isin(list(LEGACY))]
+    known = texts.isin(list(LEGACY)).to_numpy()
+    if not known.any():
+        return rows
+    old, pairs = old[known], list(zip(texts[known], rows.loc[old[known], "candidate_options"], strict=True))
     upgraded: dict[tuple[str, Any], tuple[str, ...]] = {}  # a few distinct baselines over many rows
-    for text, given in zip(texts, rows.loc[old, "candidate_options"], strict=True):
+    for text, given in pairs:
         if (text, given) not in upgraded:
             name, library, version, source = LEGACY[text]
             options = json.loads(given or "{}")
@@ -268,12 +266,10 @@ def upgrade_legacy(rows: Any) -> Any:
             cand = Candidate("baseline", name, tuple(sorted(options.items())))
             upgraded[text, given] = (name, json.dumps(options, sort_keys=True), cand.key, cand.label(),
                                      library, version, source)  # fmt: skip
-    new = [upgraded[pair] for pair in zip(texts, rows.loc[old, "candidate_options"], strict=True)]
     # one assignment a column: a row at a time rebuilt each Arrow-backed column 1000 times (12 s of every
     # archive's report)
     for j, column in enumerate(_UPGRADED):
-        if len(old):
-            rows.loc[old, column] = [values[j] for values in new]
+        rows.loc[old, column] = [upgraded[pair][j] for pair in pairs]
     return rows
 
 
