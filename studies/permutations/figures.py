@@ -50,7 +50,11 @@ def pool_hosts(sim: pd.DataFrame, summary: pd.DataFrame) -> pd.DataFrame:
     # masks over the summary, not a copy of its ok rows: that is the whole summary (230 MB, every archive)
     ok = summary["status"] == "ok" if "status" in summary else pd.Series(True, index=summary.index)
     fp_col, cpu_col = sim["machine_fingerprint"].astype(str), sim["cpu_model"].astype(str)
-    fp, cpu, moved = fp_col.to_numpy(copy=True), cpu_col.to_numpy(copy=True), False
+    # codes into each column's few distinct values, not arrays of 360 000 Python strings (60 MB of each
+    # report worker that draws these figures, every archive)
+    fp, fps = pd.factorize(fp_col)
+    cpu, cpus = pd.factorize(cpu_col)
+    moved = False
     for exp, part in fp_col[named].groupby(sim["experiment"][named]):
         counts = part.value_counts()
         if len(counts) < 2:
@@ -64,21 +68,25 @@ def pool_hosts(sim: pd.DataFrame, summary: pd.DataFrame) -> pd.DataFrame:
             t_counts = t.astype(str).value_counts().reindex(counts.index).fillna(0)
             keep = str(t_counts.idxmax()) if t_counts.max() > 0 else keep
         rows = sim.index.get_indexer(part.index)
-        fp[rows] = keep
-        cpu[rows] = cpu_col[part.index[part == keep][0]]
+        fp[rows] = fps.get_loc(keep)
+        cpu[rows] = cpu[rows[np.argmax((part == keep).to_numpy())]]
         moved = True
     if not moved:
         return sim
     # a shallow copy with two new columns: the cached frame underneath stays as loaded
     out = sim.copy(deep=False)
-    out["machine_fingerprint"], out["cpu_model"] = fp, cpu
+    out["machine_fingerprint"] = pd.Series(fps.take(fp), index=sim.index)
+    out["cpu_model"] = pd.Series(cpus.take(cpu), index=sim.index)
     return out
 
 
-#: the simulation columns no figure reads (provenance, kept in the stored files): not held in memory,
-#: 150 MB of every archive's simulations in each report worker otherwise
+#: the simulation columns no figure reads (provenance and the simulator's counts, kept in the stored
+#: files): not held in memory, 150 MB of every archive's simulations in each report worker otherwise, and
+#: the counts another 33 MB, copied again by each filter and group a figure takes
 _UNREAD = ["sizes", "scheme", "cache_key", "cache_desc", "layout", "cap", "cycles_per_thread", "seed",
-           "harness_version", "timestamp"]  # fmt: skip
+           "harness_version", "timestamp", "perm_index", "outer", "L1_hits", "L2_hits", "L3_hits",
+           "L1_accesses", "MEM_accesses", "non_memory_instructions", "cycles_simulated", "macs_simulated",
+           "macs_total", "idle_threads"]  # fmt: skip
 
 
 @functools.lru_cache(maxsize=1)
