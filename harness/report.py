@@ -77,11 +77,18 @@ def _load_coded(results_dir: Path, experiments: list[str] | None) -> pd.DataFram
     return _coded(_load(results_dir, DRAWN_COLUMNS, experiments))
 
 
-def _coded(df: pd.DataFrame) -> pd.DataFrame:
+#: a text column of the drawn rows becomes a category when it has at most this many values a row
+CODED_SHARE = 0.01
+#: text columns the report orders (a category has no min or max): never coded
+_ORDERED_TEXT = ("timestamp",)
+
+
+def _coded(df: pd.DataFrame, share: float = CODED_SHARE) -> pd.DataFrame:
     """``df`` with its text columns of few values (compiler flags, counters' reasons, machines...) as
-    categories: a code a row instead of the text. The page is the same (tested: the report of the
-    columns it reads is the report of every column)."""
-    few = [c for c in df.columns if pd.api.types.is_string_dtype(df[c]) and df[c].nunique() <= len(df) // 100]
+    categories: a code a row instead of the text. The page is the same (tested with every text column
+    coded: the report of the columns it reads is the report of every column)."""
+    few = [c for c in df.columns if c not in _ORDERED_TEXT and pd.api.types.is_string_dtype(df[c])
+           and df[c].nunique() <= len(df) * share]  # fmt: skip
     return df.astype(dict.fromkeys(few, "category")) if few else df
 
 

@@ -316,6 +316,13 @@ def test_report_of_the_columns_it_reads_is_the_report_of_every_column(tmp_path: 
     prov = [(tmp_path / d / "provenance.html").read_text(encoding="utf-8") for d in ("a", "b")]
     assert prov[0] == prov[1]
     assert set(report.DRAWN_COLUMNS) < set(report.REPORT_COLUMNS) < set(store.COLUMNS)
+    # every text column as a category (a few synthetic rows code none at the default share)
+    rows = store.load(results, columns=report.DRAWN_COLUMNS)
+    coded = report._coded(rows, share=1.0)
+    assert (coded.dtypes == "category").sum() >= 10
+    page = report.render_report(coded, tmp_path / "c", results_dir=results, summarized=report.summarize(
+        store.load(results, columns=report.REPORT_COLUMNS)))  # fmt: skip
+    assert page.read_text(encoding="utf-8") == whole.read_text(encoding="utf-8")
 
 
 def test_report_empty_store(tmp_path: Path) -> None:
