@@ -11,6 +11,7 @@ calls too.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import gc
 import multiprocessing
@@ -21,6 +22,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import matplotlib
 import pyarrow as pa
 
 Call = tuple[Callable[..., Any], tuple[Any, ...]]
@@ -28,6 +30,9 @@ Call = tuple[Callable[..., Any], tuple[Any, ...]]
 #: how a report's PNGs are written (``savefig(..., pil_kwargs=PNG)``): zlib level 3, not Pillow's 6, encodes
 #: a figure in 60% of the time for 0.5% more bytes (the report of every archive writes 400 of them)
 PNG: dict[str, Any] = {"compress_level": 3}
+#: the matplotlib settings a report draws with (:func:`style`): glyphs unhinted, as matplotlib's own image
+#: tests draw them; FreeType's hinting of every glyph took a quarter of a label-heavy figure's time
+RC: dict[str, Any] = {"text.hinting": "none"}
 #: calls a worker of :func:`run` makes before a fresh one replaces it
 TASKS_PER_WORKER = 20
 #: the calls of the running :func:`run`, set before its workers fork
@@ -66,6 +71,12 @@ def run(calls: Sequence[Call], workers: int) -> list[Any]:
     finally:
         gc.unfreeze()
         _CALLS = ()
+
+
+def style() -> contextlib.AbstractContextManager[Any]:
+    """The report's drawing settings (:data:`RC`) for the ``with`` block: workers forked inside it draw
+    with them too."""
+    return matplotlib.rc_context(RC)
 
 
 def apart(function: Callable[..., Any], *args: Any) -> Any:

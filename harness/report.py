@@ -139,7 +139,8 @@ def render_report(
     sections, drawings, figures_of = _experiment_calls(df, summary, names, fig_dir)
     # the study figures first: the longest calls (a builder draws all of a study's machines); then each
     # experiment's figures and its section's tables, built by the same workers
-    done = drawing.run([*paper, *drawings, *sections], REPORT_WORKERS)
+    with drawing.style():
+        done = drawing.run([*paper, *drawings, *sections], REPORT_WORKERS)
     figures = sorted(
         (complete_figure(f, summary) for f in collect_paper_figures(done[: len(paper)], builder_errors)),
         key=lambda f: (f.paper, f.name, f.cpu_model, f.machine),
@@ -164,14 +165,16 @@ def render_report(
     anchored = [(f"fig-{i}-{_slug(f.name)}", f) for i, f in enumerate(figures, 1)]
     machines = _machines(df)
     common = {"title": title, "n_rows": len(df), "time_span": _time_span(df), "machines": machines}
+    with drawing.style():
+        matrix = verdict_matrix.plot(
+            figures, fig_dir, {m["fingerprint"]: m["microarchitecture"] for m in machines}
+        )
     html = env.get_template("index.html.j2").render(
         **common,
         experiments=experiments,
         paper_figures=anchored,
         verdicts=_verdict_counts(figures),
-        matrix=verdict_matrix.plot(
-            figures, fig_dir, {m["fingerprint"]: m["microarchitecture"] for m in machines}
-        ),
+        matrix=matrix,
         builder_errors=builder_errors,
     )
     prov = env.get_template("provenance.html.j2").render(

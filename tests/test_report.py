@@ -246,6 +246,34 @@ def test_summaries_never_pool_machines() -> None:
 # -- report --------------------------------------------------------------------------------------------
 
 
+def test_every_figure_of_a_report_is_drawn_with_the_reports_settings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """drawing.RC reaches the forked workers that draw, and only the report's drawing: the settings
+    are the caller's again afterwards."""
+    import matplotlib
+
+    from harness import drawing, experiment_figure
+
+    seen = tmp_path / "seen"
+    plot = experiment_figure.plot
+
+    def recording(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        with seen.open("a", encoding="utf-8") as fh:
+            fh.write(" ".join(str(matplotlib.rcParams[k]) for k in drawing.RC) + "\n")
+        return plot(*args, **kwargs)
+
+    monkeypatch.setattr(experiment_figure, "plot", recording)
+    results = tmp_path / "results"
+    for row in synthetic_rows():
+        store.write_row(results, row)
+    before = {k: matplotlib.rcParams[k] for k in drawing.RC}
+    report.build_report(results, tmp_path / "report")
+    drawn = seen.read_text(encoding="utf-8").splitlines()
+    assert drawn and set(drawn) == {" ".join(str(v) for v in drawing.RC.values())}
+    assert {k: matplotlib.rcParams[k] for k in drawing.RC} == before
+
+
 def test_build_report(tmp_path: Path) -> None:
     results = tmp_path / "results"
     for row in synthetic_rows():
