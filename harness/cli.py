@@ -135,10 +135,17 @@ def build_experiment(cfg: Any) -> Any:
     options = {"target": target, **{k: v for k, v in c["codegen"].items() if v is not None}}
     candidates = space_candidates(c["space"], workload, target, options, c.get("scheme"), c.get("baselines"))
     if spec := c["space"].get("best_of"):  # another experiment's winners, timed again (issue 32)
-        from harness.winners import NoWinners, best_of
+        from harness.winners import NoRowsYet, NoWinners, best_of
 
         try:
             found = best_of(spec, Path(c["results_dir"]), workload, m.fingerprint)
+        except NoRowsYet as exc:
+            # a long multirun over workloads goes on past one without winners, its baselines still timed
+            if spec.get("missing", "error") != "skip" or not candidates:
+                raise UsageError(str(exc)) from exc
+            print(f"{exc}\n(space.best_of.missing=skip: timing {workload.name}'s other candidates only)",
+                  file=sys.stderr)  # fmt: skip
+            found = []
         except NoWinners as exc:
             raise UsageError(str(exc)) from exc
         candidates = list({x.key: x for x in [*found, *candidates]}.values())

@@ -26,7 +26,18 @@ from kernels.candidate import Candidate, Workload
 
 
 class NoWinners(ValueError):
-    """The experiment has no ok scheme for this workload on this machine (names the command to run)."""
+    """A spec that cannot be read, or an experiment with no ok scheme for this workload on this machine
+    (names the command to run)."""
+
+
+class NoRowsYet(NoWinners):
+    """The spec is sound but its experiments have no ok scheme for this workload on that machine yet: a
+    multirun with ``missing: skip`` times the workload's other candidates (its baselines) and goes on."""
+
+
+#: what ``space.best_of.missing`` may say when a workload has no winners yet: stop the run (``error``, the
+#: default: a typo in an experiment's name must not pass as "nothing to do"), or time the others (``skip``)
+MISSING = ("error", "skip")
 
 
 def best_of(
@@ -41,16 +52,17 @@ def best_of(
     two searches' winners in shared rounds), a scheme two of them found timed once."""
     names, n, where = _pool(spec, results_dir)
     fingerprint, on = _machine(spec, fingerprint)
-    each = spec.get("each", False)
-    if not names or not _count(n) or not isinstance(each, bool):
+    each, missing = spec.get("each", False), spec.get("missing", "error")
+    if not names or not _count(n) or not isinstance(each, bool) or missing not in MISSING:
         raise NoWinners(
-            f"space.best_of needs an experiment (or a list), n >= 1 and each true or false, got {dict(spec)}"
+            f"space.best_of needs an experiment (or a list), n >= 1, each true or false and missing one of "
+            f"{', '.join(MISSING)}, got {dict(spec)}"
         )
     rows = plain_rows(names, where, fingerprint)
     mine = rows[rows["workload"] == workload.name]
     if each:
         if missing := [str(e) for e in names if not (mine["experiment"] == e).any()]:
-            raise NoWinners(
+            raise NoRowsYet(
                 f"space.best_of.each: experiment {', '.join(missing)} has no row for {workload.name} on "
                 f"{on} in {where}: run it first, e.g. `harness run -m "
                 f"+sweeps={missing[0]} workload={workload.name} results_dir={where}`"
@@ -60,7 +72,7 @@ def best_of(
     else:
         best = ranked(mine, names).head(n)
     if best.empty:
-        raise NoWinners(
+        raise NoRowsYet(
             f"space.best_of: experiment {', '.join(map(str, names))} has no ok scheme for {workload.name} on "
             f"{on} in {where}: run it first, e.g. `harness run -m +sweeps={names[0]} "
             f"workload={workload.name} results_dir={where}`"

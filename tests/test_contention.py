@@ -132,6 +132,31 @@ def test_best_of_takes_the_fastest_plain_schemes_of_another_experiment(
     assert dict(variants[1].options) == {**dict(variants[0].options), "prefetch": "i"}
     with pytest.raises(NoWinners, match="variants is a list of option mappings"):
         best_of({"experiment": "search", "variants": ["i"]}, tmp_path, W, fp)
+    with pytest.raises(NoWinners, match="missing one of error, skip"):
+        best_of({"experiment": "search", "missing": "ignore"}, tmp_path, W, fp)
+
+
+def test_best_of_missing_skip_times_the_baselines_of_a_workload_without_winners(tmp_path: Path) -> None:
+    """space.best_of.missing=skip: a workload the pooled experiment never ran is timed with its other
+    candidates (a multirun goes on); without it, or with nothing else to time, a clear error names the
+    command to run; a spec that cannot be read is an error either way."""
+    from hydra import compose, initialize_config_dir
+
+    from harness.cli import CONF_DIR, build_experiment
+
+    def candidates(*extra: str) -> list[Candidate]:
+        base = ["space=quick_matmul", "+space.best_of.experiment=none-yet", f"results_dir={tmp_path}"]
+        with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+            return build_experiment(compose("config", overrides=[*base, *extra])).candidates
+
+    skipped = candidates("+space.best_of.missing=skip", "space.schemes=[]", "baselines=[numpy]")
+    assert [c.text for c in skipped] == ["numpy"]
+    with pytest.raises(UsageError, match="no ok scheme for .* run it first"):
+        candidates("space.schemes=[]", "baselines=[numpy]")
+    with pytest.raises(UsageError, match="no ok scheme"):
+        candidates("+space.best_of.missing=skip", "space.schemes=[]", "baselines=[]")
+    with pytest.raises(UsageError, match="missing one of"):
+        candidates("+space.best_of.missing=maybe", "baselines=[numpy]")
 
 
 def test_best_of_each_takes_every_experiments_own_best_not_the_pools(tmp_path: Path) -> None:
