@@ -43,8 +43,13 @@ def run(calls: Sequence[Call], workers: int) -> list[Any]:
     """Each ``(function, arguments)`` call's result, in order; a call's exception is raised here.
 
     With ``workers`` > 1 (and fork available) the calls run in that many forked processes, taken in
-    order as each worker frees up: list the long ones first.
+    order as each worker frees up: list the long ones first. Every call draws with :data:`RC`.
     """
+    with style():
+        return _run(calls, workers)
+
+
+def _run(calls: Sequence[Call], workers: int) -> list[Any]:
     if workers <= 1 or len(calls) <= 1 or "fork" not in multiprocessing.get_all_start_methods():
         return [function(*args) for function, args in calls]
     global _CALLS
@@ -74,8 +79,8 @@ def run(calls: Sequence[Call], workers: int) -> list[Any]:
 
 
 def style() -> contextlib.AbstractContextManager[Any]:
-    """The report's drawing settings (:data:`RC`) for the ``with`` block: workers forked inside it draw
-    with them too."""
+    """The report's drawing settings (:data:`RC`) for the ``with`` block (:func:`run` draws inside it; a
+    figure drawn outside it, the verdict matrix, takes it itself)."""
     return matplotlib.rc_context(RC)
 
 

@@ -139,8 +139,7 @@ def render_report(
     sections, drawings, figures_of = _experiment_calls(df, summary, names, fig_dir)
     # the study figures first: the longest calls (a builder draws all of a study's machines); then each
     # experiment's figures and its section's tables, built by the same workers
-    with drawing.style():
-        done = drawing.run([*paper, *drawings, *sections], REPORT_WORKERS)
+    done = drawing.run([*paper, *drawings, *sections], REPORT_WORKERS)
     figures = sorted(
         (complete_figure(f, summary) for f in collect_paper_figures(done[: len(paper)], builder_errors)),
         key=lambda f: (f.paper, f.name, f.cpu_model, f.machine),

@@ -36,7 +36,8 @@ class NoRowsYet(NoWinners):
 
 
 #: what ``space.best_of.missing`` may say when a workload has no winners yet: stop the run (``error``, the
-#: default: a typo in an experiment's name must not pass as "nothing to do"), or time the others (``skip``)
+#: default, first: a typo in an experiment's name must not pass as "nothing to do"), or time the others
+#: (``skip``)
 MISSING = ("error", "skip")
 
 
@@ -52,8 +53,8 @@ def best_of(
     two searches' winners in shared rounds), a scheme two of them found timed once."""
     names, n, where = _pool(spec, results_dir)
     fingerprint, on = _machine(spec, fingerprint)
-    each, missing = spec.get("each", False), spec.get("missing", "error")
-    if not names or not _count(n) or not isinstance(each, bool) or missing not in MISSING:
+    each, when_missing = spec.get("each", False), spec.get("missing", MISSING[0])
+    if not names or not _count(n) or not isinstance(each, bool) or when_missing not in MISSING:
         raise NoWinners(
             f"space.best_of needs an experiment (or a list), n >= 1, each true or false and missing one of "
             f"{', '.join(MISSING)}, got {dict(spec)}"
