@@ -16,7 +16,9 @@ import ctypes
 import gc
 import multiprocessing
 import pickle
+import sys
 import tempfile
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -39,17 +41,18 @@ TASKS_PER_WORKER = 20
 _CALLS: Sequence[Call] = ()
 
 
-def run(calls: Sequence[Call], workers: int) -> list[Any]:
+def run(calls: Sequence[Call], workers: int, progress: str | None = None) -> list[Any]:
     """Each ``(function, arguments)`` call's result, in order; a call's exception is raised here.
 
     With ``workers`` > 1 (and fork available) the calls run in that many forked processes, taken in
-    order as each worker frees up: list the long ones first. Every call draws with :data:`RC`.
+    order as each worker frees up: list the long ones first. Every call draws with :data:`RC`. With
+    ``progress`` (a name), how many calls are done is printed to stderr after each batch of workers.
     """
     with style():
-        return _run(calls, workers)
+        return _run(calls, workers, progress)
 
 
-def _run(calls: Sequence[Call], workers: int) -> list[Any]:
+def _run(calls: Sequence[Call], workers: int, progress: str | None = None) -> list[Any]:
     if workers <= 1 or len(calls) <= 1 or "fork" not in multiprocessing.get_all_start_methods():
         return [function(*args) for function, args in calls]
     global _CALLS
@@ -69,9 +72,13 @@ def _run(calls: Sequence[Call], workers: int) -> list[Any]:
         context = multiprocessing.get_context("fork")
         batch = workers * TASKS_PER_WORKER
         results: list[Any] = []
+        started = time.monotonic()
         for start in range(0, len(calls), batch):
             with ProcessPoolExecutor(workers, mp_context=context) as executor:
                 results.extend(executor.map(_call, range(start, min(start + batch, len(calls)))))
+            if progress:
+                print(f"{progress}: {len(results)}/{len(calls)} done, {time.monotonic() - started:.0f} s",
+                      file=sys.stderr, flush=True)  # fmt: skip
         return results
     finally:
         gc.unfreeze()
@@ -93,17 +100,29 @@ def apart(function: Callable[..., Any], *args: Any) -> Any:
     The result comes back through a file, streamed: through the pool's pipe it is one message, held
     whole as bytes on each side while it is pickled and read back (the summary's 200 MB, twice, at the
     report's peak)."""
+    return apart_all([(function, args)], 1)[0]
+
+
+def apart_all(calls: Sequence[Call], workers: int) -> list[Any]:
+    """Each call's result, in order, as :func:`apart` computes one: in forked processes, ``workers`` at a
+    time (the report's summary in two halves side by side, where one fork left the other core idle)."""
     if "fork" not in multiprocessing.get_all_start_methods():
-        return function(*args)
+        return [function(*args) for function, args in calls]
     global _CALLS
-    _CALLS = [(function, args)]
+    _CALLS = calls
     try:
         with tempfile.TemporaryDirectory(prefix="harness-apart-") as tmp:
-            path = Path(tmp) / "result.pickle"
-            with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork")) as executor:
-                executor.submit(_call_into, 0, path).result()
-            with path.open("rb") as fh:
-                return pickle.load(fh)
+            paths = [Path(tmp) / f"result-{i}.pickle" for i in range(len(calls))]
+            context = multiprocessing.get_context("fork")
+            with ProcessPoolExecutor(max(1, min(workers, len(calls))), mp_context=context) as executor:
+                for done in [executor.submit(_call_into, i, path) for i, path in enumerate(paths)]:
+                    done.result()
+            results = []
+            for path in paths:
+                with path.open("rb") as fh:
+                    results.append(pickle.load(fh))
+                path.unlink()  # each result's file gone once read: the disk holds one at a time
+            return results
     finally:
         _CALLS = ()
 

@@ -14,6 +14,7 @@ import math
 import os
 import re
 import shutil
+import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -59,18 +60,52 @@ def build_report(
     read in forks and comes back compact: the summary from its own load of the rows (the columns only it
     reads, round times, options, flags, never enter this process), then the rows the page draws with
     their repeated texts as categories. The report of every archive's drawing: 1.84 -> 1.57 GiB (summed
-    PSS); its peak is now the summary's fork, alone (1.73-1.77 GiB).
+    PSS). The summary is made in runs of experiments, two forks at a time (:func:`_parts`).
     """
-    summarized = drawing.apart(_load_and_summarize, Path(results_dir), experiments)
-    df = drawing.apart(_load_coded, Path(results_dir), experiments)
-    return render_report(df, Path(out_dir), title=title, results_dir=Path(results_dir), summarized=summarized)
+    results_dir = Path(results_dir)
+    # twice as many runs as workers: two halves side by side summed 1.85-1.97 GiB at their peak (each held
+    # half the rows), four runs 1.51-1.55 GiB, in the same 25-29 s (one fork alone: 37-42 s, 1.80 GiB;
+    # the report of every archive on a Zen 3)
+    parts = _parts(results_dir, experiments, 2 * REPORT_WORKERS)
+    calls = [(_load_and_summarize, (results_dir, part)) for part in parts]
+    *summaries, df = drawing.apart_all([*calls, (_load_coded, (results_dir, experiments))], REPORT_WORKERS)
+    summarized = _joined(summaries)
+    del summaries
+    return render_report(df, Path(out_dir), title=title, results_dir=results_dir, summarized=summarized)
+
+
+def _parts(results_dir: Path, experiments: list[str] | None, n: int) -> list[list[str]]:
+    """The experiments (all stored, or ``experiments``), sorted, in at most ``n`` runs of about as many
+    bytes of rows each: summarised side by side, a worker each (the summary of every archive in one fork
+    left the other core idle). Runs of the sorted names, so their summaries joined are in the
+    summary's order (experiment first)."""
+    stored = store.experiments(results_dir)
+    names = sorted(stored if experiments is None else set(experiments) & set(stored))
+    sizes = np.array([store.stored_bytes(results_dir, e) for e in names], dtype=float)
+    if len(names) < 2 or n < 2:
+        return [names]
+    # cut where the running total passes each n-th of the whole
+    ends = np.cumsum(sizes)
+    cuts = np.searchsorted(ends, ends[-1] * np.arange(1, n) / n, side="left") + 1
+    bounds = [0, *sorted({int(min(c, len(names) - 1)) for c in cuts}), len(names)]
+    return [names[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True) if b > a]
+
+
+def _joined(
+    summaries: list[tuple[pd.DataFrame, dict[tuple[str, str], str]]],
+) -> tuple[pd.DataFrame, dict[tuple[str, str], str]]:
+    """The summaries of :func:`_parts`' runs as one (each experiment's labels are its own)."""
+    frames = [s for s, _ in summaries if not s.empty]
+    # inferred again: a run whose lines have no text in a column (no library among its candidates) made
+    # it an object column, which the whole summary has as strings
+    summary = pd.concat(frames, ignore_index=True).infer_objects() if frames else summaries[0][0]
+    return summary, {k: v for _, names in summaries for k, v in names.items()}
 
 
 def _load(results_dir: Path, columns: tuple[str, ...], experiments: list[str] | None) -> pd.DataFrame:
-    df = store.load(results_dir, columns=columns)
-    if experiments is not None:
-        df = df[df["experiment"].isin(experiments)].reset_index(drop=True)
-    return df
+    if experiments is not None:  # only the stored ones: a name with no rows is no error here
+        experiments = sorted(set(experiments) & set(store.experiments(results_dir)))
+    return store.load(results_dir, experiments, columns=columns)
 
 
 def _load_coded(results_dir: Path, experiments: list[str] | None) -> pd.DataFrame:
@@ -139,7 +174,10 @@ def render_report(
     sections, drawings, figures_of = _experiment_calls(df, summary, names, fig_dir)
     # the study figures first: the longest calls (a builder draws all of a study's machines); then each
     # experiment's figures and its section's tables, built by the same workers
-    done = drawing.run([*paper, *drawings, *sections], REPORT_WORKERS)
+    calls = [*paper, *drawings, *sections]
+    print(f"report: {len(paper)} study figures, {len(drawings)} experiment figures, {len(sections)} "
+          f"sections on {REPORT_WORKERS} worker(s)", file=sys.stderr, flush=True)  # fmt: skip
+    done = drawing.run(calls, REPORT_WORKERS, progress="report")
     figures = sorted(
         (complete_figure(f, summary) for f in collect_paper_figures(done[: len(paper)], builder_errors)),
         key=lambda f: (f.paper, f.name, f.cpu_model, f.machine),

@@ -436,3 +436,23 @@ def test_a_noisy_round_with_many_repetitions_does_not_outweigh_the_others() -> N
     s = analysis.summarize(frame([row])).iloc[0]
     assert s["median_ns"] == 102.0
     assert (s["median_ci_low_ns"], s["median_ci_high_ns"]) == (100.0, 200.0)  # the range of the rounds
+
+
+def test_summary_in_parts_is_the_whole_summary(tmp_path: Path) -> None:
+    """The report summarises its experiments in runs of about equal bytes, side by side: joined, they are
+    the summary of every row at once (same lines, order and labels), and each experiment is in one run."""
+    results = tmp_path / "results"
+    for row in synthetic_rows():
+        store.write_row(results, row)
+    for i, name in enumerate(["a_small", "m_mid", "z_big"]):
+        for k in range(1 + 4 * i):
+            store.write_row(results, make_row(experiment=name, candidate=f"c{k}", label=f"[U_{{{k},i}}]"))
+    names = store.experiments(results)
+    parts = report._parts(results, None, 2)
+    assert len(parts) == 2 and [e for p in parts for e in p] == names
+    assert report._parts(results, None, 1) == [names]
+    assert report._parts(results, ["z_big", "exp1", "absent"], 3) == [["exp1"], ["z_big"]]
+    whole, whole_names = report._load_and_summarize(results, None)
+    joined, joined_names = report._joined([report._load_and_summarize(results, p) for p in parts])
+    pd.testing.assert_frame_equal(joined, whole)
+    assert joined_names == whole_names

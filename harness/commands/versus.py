@@ -47,11 +47,6 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _rounds(row: pd.Series) -> int:
-    r = row["round_medians_ns"]
-    return 0 if r is None or isinstance(r, float) else len(r)
-
-
 @functools.cache
 def _conv_networks() -> dict[str, str]:
     from kernels.conv_space import load_layers
@@ -71,9 +66,17 @@ def _first_index(search_runs: object) -> float:
     return float(min((i for _, i in runs), default=math.inf))
 
 
+#: the summary columns :func:`versus` reads (with those :func:`analysis.condition` reads)
+_READ = ("machine_fingerprint", "workload", "timing_mode", "contention", "candidate_kind",
+         "candidate_text", "label", "flops", "median_ns", "pct_peak_median", "round_medians_ns",
+         "round_times", "search_runs")  # fmt: skip
+
+
 def versus(summary: pd.DataFrame, baselines: tuple[str, ...], within: int | None = None) -> pd.DataFrame:
     """One line per (machine, workload, condition) that has both sides ok (see the module's doc)."""
-    ok = summary[summary["status"] == "ok"]
+    # the columns read below only: each group's rows are taken from every column the frame has (the
+    # report's summary has 40; the report of every archive draws 40 of these tables)
+    ok = summary.loc[summary["status"] == "ok", [c for c in _READ if c in summary]]
     ok = ok.assign(condition=analysis.condition(ok))
     if within is not None:
         first = ok["search_runs"].map(_first_index) if "search_runs" in ok else pd.Series(math.inf, ok.index)
@@ -84,7 +87,7 @@ def versus(summary: pd.DataFrame, baselines: tuple[str, ...], within: int | None
         cands = part[part["candidate_kind"] != "baseline"]
         if libs.empty or cands.empty:
             continue
-        rounds = cands.apply(_rounds, axis=1)
+        rounds = cands["round_medians_ns"].map(analysis.n_rounds)
         pool = cands[rounds > 1] if (rounds > 1).any() else cands
         best = pool.sort_values("median_ns").iloc[0]
         lib = libs.sort_values("median_ns").iloc[0]
@@ -96,7 +99,8 @@ def versus(summary: pd.DataFrame, baselines: tuple[str, ...], within: int | None
             "condition": cond, "flops": float(best["flops"]),
             "best_pct": float(best["pct_peak_median"]), "baseline_pct": float(lib["pct_peak_median"]),
             "baseline": str(lib["label"]), "ratio_median": float(lib["median_ns"] / best["median_ns"]),
-            "round_ratio": mid, "round_ratio_low": lo, "round_ratio_high": hi, "rounds": _rounds(best),
+            "round_ratio": mid, "round_ratio_low": lo, "round_ratio_high": hi,
+            "rounds": analysis.n_rounds(best["round_medians_ns"]),
             "best": str(best["label"]),
         })  # fmt: skip
     return pd.DataFrame(lines)

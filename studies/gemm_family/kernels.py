@@ -419,17 +419,22 @@ def roles_table() -> dict[str, dict[str, str]]:
     }
 
 
+@functools.lru_cache(maxsize=65536)
+def canon(text: str) -> str:
+    """A scheme text in the form :func:`kernels.scheme.format_scheme` writes: :func:`identify` compares
+    each text with the candidates it regenerates, and the study's report figures regenerate the same ones
+    for every row of the same blocks (57 000 parses in the report of every archive, uncached)."""
+    from kernels.scheme import format_scheme, parse_scheme
+
+    return format_scheme(parse_scheme(text))
+
+
 @functools.lru_cache(maxsize=4096)
 def identify(text: str, lanes: int) -> dict[str, Any] | None:
     """Which family member, parameters, packing and stage a scheme text is (None if it is none of them):
     the inverse of :func:`variant_scheme`, found by regenerating the candidates and comparing canonical
     texts (reports read results back from their labels this way)."""
     import re
-
-    from kernels.scheme import format_scheme, parse_scheme
-
-    def canon(t: str) -> str:
-        return format_scheme(parse_scheme(t))
 
     try:
         target = canon(text)
