@@ -105,7 +105,8 @@ def apart(function: Callable[..., Any], *args: Any) -> Any:
 
 def apart_all(calls: Sequence[Call], workers: int) -> list[Any]:
     """Each call's result, in order, as :func:`apart` computes one: in forked processes, ``workers`` at a
-    time (the report's summary in two halves side by side, where one fork left the other core idle)."""
+    time (the report's summary in runs of experiments side by side, where one fork left the other core
+    idle)."""
     if "fork" not in multiprocessing.get_all_start_methods():
         return [function(*args) for function, args in calls]
     global _CALLS

@@ -64,8 +64,8 @@ def build_report(
     """
     results_dir = Path(results_dir)
     # twice as many runs as workers: two halves side by side summed 1.85-1.97 GiB at their peak (each held
-    # half the rows), four runs 1.51-1.55 GiB, in the same 25-29 s (one fork alone: 37-42 s, 1.80 GiB;
-    # the report of every archive on a Zen 3)
+    # half the rows) in 29-30 s, four runs 1.51-1.55 GiB in 27-29 s (one fork alone: 41-47 s, 1.80 GiB;
+    # the load stage of the report of every archive on a Zen 3, wall time)
     parts = _parts(results_dir, experiments, 2 * REPORT_WORKERS)
     calls = [(_load_and_summarize, (results_dir, part)) for part in parts]
     *summaries, df = drawing.apart_all([*calls, (_load_coded, (results_dir, experiments))], REPORT_WORKERS)
@@ -81,11 +81,10 @@ def _parts(results_dir: Path, experiments: list[str] | None, n: int) -> list[lis
     summary's order (experiment first)."""
     stored = store.experiments(results_dir)
     names = sorted(stored if experiments is None else set(experiments) & set(stored))
-    sizes = np.array([store.stored_bytes(results_dir, e) for e in names], dtype=float)
     if len(names) < 2 or n < 2:
         return [names]
-    # cut where the running total passes each n-th of the whole
-    ends = np.cumsum(sizes)
+    # cut where the running total of bytes passes each n-th of the whole
+    ends = np.cumsum([store.stored_bytes(results_dir, e) for e in names], dtype=float)
     cuts = np.searchsorted(ends, ends[-1] * np.arange(1, n) / n, side="left") + 1
     bounds = [0, *sorted({int(min(c, len(names) - 1)) for c in cuts}), len(names)]
     return [names[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True) if b > a]
