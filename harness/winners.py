@@ -14,6 +14,7 @@ one CPU ported to this one, timed here, or the seeds a refinement here starts fr
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -98,15 +99,28 @@ def best_of_others(
     """``space.transfer_from``: the ``spec['n']`` (default 1) fastest ok schemes of experiment
     ``spec['experiment']`` (or a list, ranked as :func:`best_of` ranks them) on each *other* workload of
     the same operator on this machine, as scheme texts (written for their own sizes: search=refine maps
-    them onto this workload). The workload's own rows are left out, so what a search starts from is what
-    the other layers' searches found, not this layer's answer."""
+    them onto this workload), the workloads nearest in shape (:func:`shape_distance`) first; the
+    ``spec['nearest']`` (default 0) nearest give their ``spec['n_nearest']`` (default ``n``) fastest. The
+    workload's own rows are left out, so what a search starts from is what the other layers' searches
+    found, not this layer's answer."""
     names, n, where = _pool(spec, results_dir)
     fingerprint, on = _machine(spec, fingerprint)
     if not names or not _count(n):
         raise NoWinners(f"space.transfer_from needs an experiment (or a list) and n >= 1, got {dict(spec)}")
+    near, n_near = spec.get("nearest", 0), spec.get("n_nearest", n)
+    if not isinstance(near, int) or near < 0 or not _count(n_near):
+        raise NoWinners(f"space.transfer_from: nearest >= 0 and n_nearest >= 1, got {dict(spec)}")
     rows = plain_rows(names, where, fingerprint)
     rows = rows[(rows["workload"] != workload.name) & (rows["op"] == workload.op.name)]
-    texts = [str(t) for _, g in rows.groupby("workload") for t in ranked(g, names).head(n)["candidate_text"]]
+    groups = dict(list(rows.groupby("workload")))
+    order = sorted(
+        groups, key=lambda w: (shape_distance(workload.size, json.loads(groups[w]["sizes"].iloc[0])), w)
+    )
+    texts = [
+        str(t)
+        for i, w in enumerate(order)  # the nearest layers first: their schemes are the likeliest to fit
+        for t in ranked(groups[w], names).head(n_near if i < near else n)["candidate_text"]
+    ]
     if not texts:
         raise NoWinners(
             f"space.transfer_from: experiment {', '.join(map(str, names))} has no ok {workload.op.name} "
@@ -114,6 +128,12 @@ def best_of_others(
             f"run it first on other layers, e.g. `harness run -m +sweeps={names[0]} results_dir={where}`"
         )
     return list(dict.fromkeys(texts))
+
+
+def shape_distance(a: Mapping[str, int], b: Mapping[str, int]) -> float:
+    """How far apart two workloads' sizes are: the sum over their shared dimensions of |log2(a/b)| (a layer
+    with twice the channels and half the rows is 2 away; a 3 x 3 filter is 3.2 from a 1 x 1)."""
+    return sum(abs(math.log2(a[d] / b[d])) for d in a.keys() & b.keys() if a[d] > 0 and b[d] > 0)
 
 
 def _pool(spec: Mapping[str, Any], results_dir: Path) -> tuple[list[Any], Any, Path]:

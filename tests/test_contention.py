@@ -5,6 +5,7 @@ a space's candidates (``space.best_of``)."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -205,6 +206,34 @@ def test_transfer_from_takes_the_best_of_each_other_workload_and_never_the_own(t
         best_of_others(spec, tmp_path, w, "fpZ")
     with pytest.raises(NoWinners, match="transfer_from needs an experiment"):
         best_of_others({"experiment": "exp1", "n": 0}, tmp_path, w, "fpA")
+
+
+def test_transfer_from_takes_more_of_the_nearest_workloads_first(tmp_path: Path) -> None:
+    """space.transfer_from.nearest: the workloads nearest in shape come first and give n_nearest schemes
+    each, the others n; a bad count is named."""
+    from harness.winners import shape_distance
+
+    near, far = json.dumps({"i": 64, "j": 64, "k": 128}), json.dumps({"i": 512, "j": 8, "k": 64})
+    rows = [
+        _unit("f1", "scheme", "[F1]", "mmFar", [100.0] * 3, sizes=far),
+        _unit("f2", "scheme", "[F2]", "mmFar", [200.0] * 3, sizes=far),
+        _unit("n1", "scheme", "[N1]", "mmNear", [300.0] * 3, sizes=near),
+        _unit("n2", "scheme", "[N2]", "mmNear", [400.0] * 3, sizes=near),
+    ]
+    for r in rows:
+        store.write_row(tmp_path, r)
+    w = Workload.make("mm64", "matmul", {"i": 64, "j": 64, "k": 64})
+    assert shape_distance(w.size, json.loads(near)) == 1.0
+    assert shape_distance(w.size, json.loads(far)) == 3.0 + 3.0
+    spec = {"experiment": "exp1"}
+    assert best_of_others(spec, tmp_path, w, "fpA") == ["[N1]", "[F1]"]
+    assert best_of_others({**spec, "nearest": 1, "n_nearest": 2}, tmp_path, w, "fpA") == [
+        "[N1]",
+        "[N2]",
+        "[F1]",
+    ]
+    with pytest.raises(NoWinners, match="nearest >= 0 and n_nearest >= 1"):
+        best_of_others({**spec, "nearest": 1, "n_nearest": 0}, tmp_path, w, "fpA")
 
 
 def test_transfer_from_is_for_the_refinement_and_names_what_is_missing(tmp_path: Path) -> None:

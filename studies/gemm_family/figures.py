@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-import re
 from collections.abc import Iterator
-from typing import Any
 
 import matplotlib
 
@@ -40,68 +38,63 @@ def _layer_counts() -> dict[int, int]:
 
 def frame(summary: pd.DataFrame, experiment: str) -> pd.DataFrame:
     """Ok rows of ``experiment`` with what the figures need: workload kind, layer type and its layer
-    count, library or family member (variant, mr, nr, pack, stage, parallel, blocks vs the model)."""
+    count, library or family member (variant, mr, nr, pack, stage, parallel, blocks vs the model). Built a
+    column at a time (the report reads the full summary's thousands of GEMM rows many times), each scheme
+    text identified once."""
     from studies.gemm_family.kernels import identify
 
     ok = ok_rows(summary, experiment)
     if ok.empty:
         return ok
+    ok = ok.reset_index(drop=True)
+    label = ok["label"].astype(str)
+    text = label.str.replace(r" \(.*\)$", "", regex=True)
+    workload = ok["workload"].astype(str)
+    layer = pd.to_numeric(workload.str.extract(r"^gemm_rn50_t(\d+)", expand=False))
+    square = pd.to_numeric(workload.str.extract(r"^gemm_square_(\d+)", expand=False))
+    library = ok["candidate_kind"] == "baseline"
     counts = _layer_counts()
-    rows = []
-    for _, r in ok.iterrows():
-        label = str(r["label"])
-        text = re.sub(r" \(.*\)$", "", label)
-        layer = re.match(r"gemm_rn50_t(\d+)", str(r["workload"]))
-        square = re.match(r"gemm_square_(\d+)", str(r["workload"]))
-        d: dict[str, Any] = {
-            "fp": r["machine_fingerprint"],
-            "cpu_model": r["cpu_model"],
-            "timing_mode": r["timing_mode"],
-            "workload": r["workload"],
-            "layer_type": int(layer.group(1)) if layer else None,
-            "layers": counts.get(int(layer.group(1)), 1) if layer else 1,
-            "square": int(square.group(1)) if square else None,
-            "kind": r["candidate_kind"],
+    out = pd.DataFrame(
+        {
+            "fp": ok["machine_fingerprint"],
+            "cpu_model": ok["cpu_model"],
+            "timing_mode": ok["timing_mode"],
+            "workload": ok["workload"],
+            "layer_type": layer,
+            "layers": [counts.get(int(t), 1) if t == t else 1 for t in layer],
+            "square": square,
+            "kind": ok["candidate_kind"],
             "label": label,
             "text": text,
-            "gflops": float(r["gflops_median"]),
-            "flops": float(r["flops"]),
-            "pct": float(r["pct_peak_median"]),
-            "library": label if r["candidate_kind"] == "baseline" else None,
+            "gflops": ok["gflops_median"].astype(float),
+            "flops": ok["flops"].astype(float),
+            "pct": ok["pct_peak_median"].astype(float),
+            "library": [t if b else None for t, b in zip(label, library, strict=True)],
             # the library's name without its version ("blis 0.9.0" -> "blis"), for comparisons by name
-            "lib": label.split()[0] if r["candidate_kind"] == "baseline" else None,
-            "rounds": r.get("round_medians_ns"),
+            "lib": [t.split()[0] if b else None for t, b in zip(label, library, strict=True)],
+            "rounds": ok.get("round_medians_ns"),
             # when each round ran, for analysis.round_ratio (the rule `harness versus` uses too: one run's
             # passes in order, nearest in time when the counts differ), so the figure and the command agree
-            "round times": r.get("round_times"),
+            "round times": ok.get("round_times"),
         }
-        if r["candidate_kind"] == "scheme":
-            info = identify(text, LANES.get(str(r["target"]), 8)) or {}
-            d.update(
-                {
-                    k: info.get(k)
-                    for k in (
-                        "variant",
-                        "mr",
-                        "nr",
-                        "kr",
-                        "mc",
-                        "nc",
-                        "kc",
-                        "pack",
-                        "stage",
-                        "layout",
-                        "walk",
-                    )
-                }
-            )
-            d["parallel"] = "Tpar_" in text
-            blocks = re.search(r"gemm_blocks=([^,)]*)", label)
-            d["blocks"] = blocks.group(1) if blocks else None
-            rule = re.search(r"gemm_model=([^,)]*)", label)
-            d["model"] = rule.group(1) if rule else "low"  # the cache model's rule the blocks come from
-        rows.append(d)
-    return pd.DataFrame(rows)
+    )
+    scheme = ok["candidate_kind"] == "scheme"
+    if not scheme.any():
+        return out
+    lanes = ok["target"].astype(str).map(lambda t: LANES.get(t, 8))
+    infos = {k: identify(k[0], k[1]) or {} for k in set(zip(text[scheme], lanes[scheme], strict=True))}
+    info = [infos[(t, n)] if s else None for t, n, s in zip(text, lanes, scheme, strict=True)]
+    nan = math.nan  # what a library's row holds in the family's columns (as a frame of row dicts has it)
+    for k in ("variant", "mr", "nr", "kr", "mc", "nc", "kc", "pack", "stage", "layout", "walk"):
+        out[k] = [i.get(k) if i is not None else nan for i in info]
+    blocks = label.str.extract(r"gemm_blocks=([^,)]*)", expand=False)
+    rule = label.str.extract(r"gemm_model=([^,)]*)", expand=False)
+    out["parallel"] = [("Tpar_" in t) if s else nan for t, s in zip(text, scheme, strict=True)]
+    out["blocks"] = [(b if b == b else None) if s else nan for b, s in zip(blocks, scheme, strict=True)]
+    out["model"] = [
+        (m if m == m else "low") if s else nan for m, s in zip(rule, scheme, strict=True)
+    ]  # the model's rule
+    return out
 
 
 def _libs_best(part: pd.DataFrame) -> pd.DataFrame:
