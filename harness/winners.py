@@ -99,8 +99,9 @@ def best_of_others(
     """``space.transfer_from``: the ``spec['n']`` (default 1) fastest ok schemes of experiment
     ``spec['experiment']`` (or a list, ranked as :func:`best_of` ranks them) on each *other* workload of
     the same operator on this machine, as scheme texts (written for their own sizes: search=refine maps
-    them onto this workload), the workloads nearest in shape (:func:`shape_distance`) first; the
-    ``spec['nearest']`` (default 0) nearest give their ``spec['n_nearest']`` (default ``n``) fastest. The
+    them onto this workload). With ``spec['nearest']`` (default 0: workloads in name order) the workloads
+    nearest in shape (:func:`shape_distance`) come first and the ``nearest`` nearest give their
+    ``spec['n_nearest']`` (default ``n``) fastest. The
     workload's own rows are left out, so what a search starts from is what the other layers' searches
     found, not this layer's answer."""
     names, n, where = _pool(spec, results_dir)
@@ -113,12 +114,13 @@ def best_of_others(
     rows = plain_rows(names, where, fingerprint)
     rows = rows[(rows["workload"] != workload.name) & (rows["op"] == workload.op.name)]
     groups = dict(list(rows.groupby("workload")))
-    order = sorted(
-        groups, key=lambda w: (shape_distance(workload.size, json.loads(groups[w]["sizes"].iloc[0])), w)
-    )
+    order = list(groups)  # by name, as before `nearest` existed: a transfer search's seeds stay reproducible
+    if near:  # the nearest layers first: their schemes are the likeliest to fit
+        sizes = {w: json.loads(g["sizes"].iloc[0]) for w, g in groups.items()}
+        order.sort(key=lambda w: (shape_distance(workload.size, sizes[w]), w))
     texts = [
         str(t)
-        for i, w in enumerate(order)  # the nearest layers first: their schemes are the likeliest to fit
+        for i, w in enumerate(order)
         for t in ranked(groups[w], names).head(n_near if i < near else n)["candidate_text"]
     ]
     if not texts:

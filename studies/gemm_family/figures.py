@@ -91,9 +91,8 @@ def frame(summary: pd.DataFrame, experiment: str) -> pd.DataFrame:
     rule = label.str.extract(r"gemm_model=([^,)]*)", expand=False)
     out["parallel"] = [("Tpar_" in t) if s else nan for t, s in zip(text, scheme, strict=True)]
     out["blocks"] = [(b if b == b else None) if s else nan for b, s in zip(blocks, scheme, strict=True)]
-    out["model"] = [
-        (m if m == m else "low") if s else nan for m, s in zip(rule, scheme, strict=True)
-    ]  # the model's rule
+    # the cache model's rule the blocks come from
+    out["model"] = [(m if m == m else "low") if s else nan for m, s in zip(rule, scheme, strict=True)]
     return out
 
 
